@@ -1,0 +1,165 @@
+// Package arena provides the off-heap memory every rdmakit context allocates
+// from: one sparse memfd per context, mapped once, carved into page-aligned
+// spans. Because the whole arena is a single file, a peer process on the same
+// host can map all of it once (transport/shm) and address any memory region
+// or control structure in it by offset.
+//
+// Spans are never unmapped while the arena lives; freeing one punches a hole
+// in the file, which returns the pages to the kernel while leaving the
+// addresses valid (they read as zeros). This makes a late access by an
+// in-flight operation harmless instead of a crash.
+//
+// Concurrency: Alloc and Free may be called from any goroutine; mu guards the
+// free list. Mem, Fd, Size and Ino are immutable after New.
+package arena
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"sync"
+
+	"github.com/rdmakit/rdmakit/internal/sys"
+)
+
+// DefaultSize is the virtual size reserved per arena. It costs address space
+// only; memory is charged as pages are touched. RDMAKIT_ARENA_SIZE (bytes)
+// overrides it.
+const DefaultSize = 64 << 30
+
+// ErrExhausted means the arena has no free span large enough.
+var ErrExhausted = errors.New("arena: out of memory (raise RDMAKIT_ARENA_SIZE)")
+
+// Arena is one memfd-backed mapping with a span allocator.
+type Arena struct {
+	Mem  []byte
+	Fd   int
+	Size int
+	Ino  uint64
+
+	// mu guards free (sorted by offset, coalesced) and closed.
+	mu     sync.Mutex
+	free   []span
+	closed bool
+}
+
+type span struct{ off, n int }
+
+// SizeFromEnv returns the arena size to use.
+func SizeFromEnv() int {
+	if s := os.Getenv("RDMAKIT_ARENA_SIZE"); s != "" {
+		if v, err := strconv.ParseInt(s, 0, 64); err == nil && v > 0 {
+			return int(v)
+		}
+	}
+	return DefaultSize
+}
+
+// New creates an arena of size bytes (rounded up to pages).
+func New(name string, size int) (*Arena, error) {
+	size = roundUp(size)
+	fd, err := sys.Memfd(name, int64(size))
+	if err != nil {
+		return nil, err
+	}
+	mem, err := sys.MapShared(fd, size)
+	if err != nil {
+		sys.Close(fd)
+		return nil, err
+	}
+	ino, err := sys.Inode(fd)
+	if err != nil {
+		sys.Unmap(mem)
+		sys.Close(fd)
+		return nil, err
+	}
+	return &Arena{Mem: mem, Fd: fd, Size: size, Ino: ino, free: []span{{0, size}}}, nil
+}
+
+func roundUp(n int) int {
+	p := sys.PageSize
+	return (n + p - 1) / p * p
+}
+
+// Alloc returns a zeroed, page-aligned span of at least n bytes and its
+// offset in the arena.
+func (a *Arena) Alloc(n int) (int, []byte, error) {
+	if n <= 0 {
+		n = 1
+	}
+	n = roundUp(n)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		return 0, nil, errors.New("arena: closed")
+	}
+	for i, s := range a.free {
+		if s.n < n {
+			continue
+		}
+		off := s.off
+		if s.n == n {
+			a.free = append(a.free[:i], a.free[i+1:]...)
+		} else {
+			a.free[i] = span{s.off + n, s.n - n}
+		}
+		return off, a.Mem[off : off+n : off+n], nil
+	}
+	return 0, nil, fmt.Errorf("%w: %d bytes requested", ErrExhausted, n)
+}
+
+// Free returns the span at off of n bytes (as passed to Alloc) to the arena
+// and releases its pages.
+func (a *Arena) Free(off, n int) {
+	if n <= 0 {
+		n = 1
+	}
+	n = roundUp(n)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		return
+	}
+	_ = sys.PunchHole(a.Fd, int64(off), int64(n))
+	i := sort.Search(len(a.free), func(i int) bool { return a.free[i].off > off })
+	a.free = append(a.free, span{})
+	copy(a.free[i+1:], a.free[i:])
+	a.free[i] = span{off, n}
+	// Coalesce with neighbours.
+	if i+1 < len(a.free) && a.free[i].off+a.free[i].n == a.free[i+1].off {
+		a.free[i].n += a.free[i+1].n
+		a.free = append(a.free[:i+1], a.free[i+2:]...)
+	}
+	if i > 0 && a.free[i-1].off+a.free[i-1].n == a.free[i].off {
+		a.free[i-1].n += a.free[i].n
+		a.free = append(a.free[:i], a.free[i+1:]...)
+	}
+}
+
+// Offset returns the offset of b within the arena, or -1 if b is not in it.
+func (a *Arena) Offset(b []byte) int {
+	if len(b) == 0 {
+		return -1
+	}
+	base := sys.Addr(a.Mem)
+	p := sys.Addr(b)
+	if p < base || p+uintptr(len(b)) > base+uintptr(a.Size) {
+		return -1
+	}
+	return int(p - base)
+}
+
+// Close unmaps the arena and closes its file.
+func (a *Arena) Close() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		return nil
+	}
+	a.closed = true
+	err := sys.Unmap(a.Mem)
+	sys.Close(a.Fd)
+	return err
+}

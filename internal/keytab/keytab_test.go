@@ -1,0 +1,75 @@
+package keytab
+
+import (
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+)
+
+func TestInsertLookupRemove(t *testing.T) {
+	tab := Init(make([]byte, Size(64)), 64)
+	keys := map[uint32]bool{}
+	for len(keys) < 32 {
+		k := rand.Uint32()
+		if k == 0 || keys[k] {
+			continue
+		}
+		keys[k] = true
+		if err := tab.Insert(Entry{Key: k, VA: uint64(k) * 2, Length: 10}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for k := range keys {
+		e, ok := tab.Lookup(k)
+		if !ok || e.VA != uint64(k)*2 {
+			t.Fatalf("lookup %x: %v %v", k, e, ok)
+		}
+		if tab.Insert(Entry{Key: k}) == nil {
+			t.Fatal("duplicate insert accepted")
+		}
+	}
+	for k := range keys {
+		if !tab.Remove(k) {
+			t.Fatalf("remove %x", k)
+		}
+		if _, ok := tab.Lookup(k); ok {
+			t.Fatalf("%x found after remove", k)
+		}
+	}
+	if _, ok := tab.Lookup(0); ok {
+		t.Fatal("key 0 found")
+	}
+}
+
+func TestConcurrentReaders(t *testing.T) {
+	tab := Init(make([]byte, Size(256)), 256)
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	for r := 0; r < 2; r++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for !stop.Load() {
+				for k := uint32(1); k < 64; k++ {
+					if e, ok := tab.Lookup(k); ok && e.VA != uint64(k)*3 {
+						t.Errorf("torn entry %d: %+v", k, e)
+					}
+				}
+			}
+		}()
+	}
+	for i := 0; i < 2000; i++ {
+		k := uint32(i%63 + 1)
+		tab.Insert(Entry{Key: k, VA: uint64(k) * 3})
+		tab.Remove(uint32((i+30)%63 + 1))
+	}
+	stop.Store(true)
+	wg.Wait()
+}
+
+func TestAttachRejectsGarbage(t *testing.T) {
+	if _, err := Attach(make([]byte, 128)); err == nil {
+		t.Fatal("attached zeros")
+	}
+}

@@ -1,0 +1,78 @@
+package sys
+
+import (
+	"fmt"
+	"os"
+
+	"golang.org/x/sys/unix"
+)
+
+// PageSize is the system page size.
+var PageSize = os.Getpagesize()
+
+// Memfd creates an anonymous memory file of the given size. The file is
+// sparse: pages cost memory only once touched.
+func Memfd(name string, size int64) (int, error) {
+	fd, err := unix.MemfdCreate(name, unix.MFD_CLOEXEC)
+	if err != nil {
+		return -1, fmt.Errorf("memfd_create: %w", err)
+	}
+	if err := unix.Ftruncate(fd, size); err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("ftruncate memfd to %d bytes: %w", size, err)
+	}
+	return fd, nil
+}
+
+// MapShared maps size bytes of fd read-write and shared. MAP_NORESERVE keeps
+// large sparse arenas from being charged against overcommit.
+func MapShared(fd int, size int) ([]byte, error) {
+	b, err := unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_NORESERVE)
+	if err != nil {
+		return nil, fmt.Errorf("mmap %d bytes shared: %w", size, err)
+	}
+	return b, nil
+}
+
+// Unmap releases a mapping made by MapShared.
+func Unmap(b []byte) error { return unix.Munmap(b) }
+
+// PunchHole releases the pages backing [off, off+n) of fd; reads then return
+// zeros and no memory is held.
+func PunchHole(fd int, off, n int64) error {
+	return unix.Fallocate(fd, unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, off, n)
+}
+
+// OpenPeerFd opens file descriptor fd of process pid through /proc. For the
+// same user this needs no cooperation from the other process.
+func OpenPeerFd(pid, fd int) (int, error) {
+	path := fmt.Sprintf("/proc/%d/fd/%d", pid, fd)
+	nfd, err := unix.Open(path, unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("open %s: %w", path, err)
+	}
+	return nfd, nil
+}
+
+// Inode returns the inode number of fd, used to prove that a file opened
+// through /proc is the one a peer advertised.
+func Inode(fd int) (uint64, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return 0, err
+	}
+	return st.Ino, nil
+}
+
+// Close closes a file descriptor.
+func Close(fd int) error { return unix.Close(fd) }
+
+// PidfdOpen returns a pidfd for pid, readable once the process exits.
+func PidfdOpen(pid int) (int, error) { return unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK) }
+
+// ProcessExited reports whether the process behind pidfd has exited.
+func ProcessExited(pidfd int) bool {
+	fds := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}
+	n, err := unix.Poll(fds, 0)
+	return err == nil && n > 0
+}

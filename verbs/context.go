@@ -1,0 +1,336 @@
+package verbs
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"fmt"
+	"sync"
+
+	"github.com/rdmakit/rdmakit/internal/arena"
+	"github.com/rdmakit/rdmakit/internal/keytab"
+	"github.com/rdmakit/rdmakit/internal/sys"
+)
+
+// keySlots is the key table capacity; two keys per region at most half
+// load gives MaxMR regions.
+const (
+	keySlots = 16384
+	// MaxMR is the number of live memory regions per context.
+	MaxMR = keySlots / 4
+)
+
+// Context is an open device.
+type Context struct {
+	info  DeviceInfo
+	drv   ContextDriver
+	arena *arena.Arena
+	keys  keytab.Table
+	// keysOff is where the key table lives in the arena.
+	keysOff, keysLen int
+
+	// mu guards everything below.
+	mu     sync.Mutex
+	mrs    []*MR // by keytab index; nil holes are reused
+	qps    map[uint32]*QP
+	cqs    map[*CQ]struct{}
+	srqs   map[*SRQ]struct{}
+	pds    map[*PD]struct{}
+	closed bool
+}
+
+// Open opens the device called name (as listed by Devices).
+func Open(name string) (*Context, error) {
+	d, info, err := findDevice(name)
+	if err != nil {
+		return nil, err
+	}
+	a, err := arena.New("rdmakit-"+name, arena.SizeFromEnv())
+	if err != nil {
+		return nil, fmt.Errorf("verbs: open %s: %w", name, err)
+	}
+	c := &Context{
+		info:  info,
+		arena: a,
+		qps:   map[uint32]*QP{},
+		cqs:   map[*CQ]struct{}{},
+		srqs:  map[*SRQ]struct{}{},
+		pds:   map[*PD]struct{}{},
+	}
+	c.keysLen = keytab.Size(keySlots)
+	off, b, err := a.Alloc(c.keysLen)
+	if err != nil {
+		a.Close()
+		return nil, err
+	}
+	c.keysOff = off
+	c.keys = keytab.Init(b, keySlots)
+	c.drv, err = d.Open(info, c)
+	if err != nil {
+		a.Close()
+		return nil, fmt.Errorf("verbs: open %s: %w", name, err)
+	}
+	return c, nil
+}
+
+// Info returns the device's attributes (ibv_query_device).
+func (c *Context) Info() DeviceInfo { return c.info }
+
+// Driver returns the transport's context state (for transports).
+func (c *Context) Driver() ContextDriver { return c.drv }
+
+// Arena returns the context's arena memory, its memfd and inode (for
+// transports that share it with peers).
+func (c *Context) Arena() (mem []byte, fd int, ino uint64) {
+	return c.arena.Mem, c.arena.Fd, c.arena.Ino
+}
+
+// allocShared carves control memory for queues out of the arena.
+func (c *Context) allocShared(n int) (int, []byte, error) {
+	off, b, err := c.arena.Alloc(n)
+	if err != nil {
+		return 0, nil, fmt.Errorf("%w: %v", ErrNoMemory, err)
+	}
+	return off, b, nil
+}
+
+// Close destroys everything created from the context, unblocks waiters and
+// releases the device.
+func (c *Context) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	var qps []*QP
+	for _, q := range c.qps {
+		qps = append(qps, q)
+	}
+	var cqs []*CQ
+	for q := range c.cqs {
+		cqs = append(cqs, q)
+	}
+	c.mu.Unlock()
+	for _, q := range qps {
+		q.destroy()
+	}
+	for _, q := range cqs {
+		q.markClosed()
+	}
+	err := c.drv.Close()
+	c.arena.Close()
+	return err
+}
+
+func randUint32() uint32 {
+	var b [4]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic("verbs: crypto/rand failed: " + err.Error())
+	}
+	return binary.LittleEndian.Uint32(b[:])
+}
+
+// RandomPSN returns a random 24-bit packet sequence number, for the initial
+// PSN of a queue pair.
+func RandomPSN() uint32 { return randUint32() & 0xffffff }
+
+// PD is a protection domain: regions and queue pairs of different PDs
+// cannot be used together.
+type PD struct {
+	ctx    *Context
+	handle uint32
+}
+
+// AllocPD allocates a protection domain.
+func (c *Context) AllocPD() (*PD, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, ErrClosed
+	}
+	pd := &PD{ctx: c, handle: randUint32() | 1}
+	c.pds[pd] = struct{}{}
+	return pd, nil
+}
+
+// Context returns the PD's context.
+func (pd *PD) Context() *Context { return pd.ctx }
+
+// Close releases the PD. It fails with ErrBusy while regions or QPs use it.
+func (pd *PD) Close() error {
+	c := pd.ctx
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, m := range c.mrs {
+		if m != nil && m.pd == pd {
+			return fmt.Errorf("%w: PD still has memory regions", ErrBusy)
+		}
+	}
+	for _, q := range c.qps {
+		if q.pd == pd {
+			return fmt.Errorf("%w: PD still has queue pairs", ErrBusy)
+		}
+	}
+	delete(c.pds, pd)
+	return nil
+}
+
+// MR is a registered memory region.
+type MR struct {
+	pd     *PD
+	buf    []byte
+	access Access
+	lkey   uint32
+	rkey   uint32
+	index  uint32
+	// arenaOff is the offset in the arena, or -1 for caller memory.
+	arenaOff int
+	owned    bool
+}
+
+// AllocMR allocates size bytes of off-heap memory (from the context's
+// arena) and registers them with access. The memory is zeroed, page
+// aligned, and reachable by every transport, including peer processes.
+func (pd *PD) AllocMR(size int, access Access) (*MR, error) {
+	if size < 0 {
+		return nil, fmt.Errorf("%w: negative size", ErrInvalidArgument)
+	}
+	if uint64(size) > pd.ctx.info.MaxMRSize && pd.ctx.info.MaxMRSize != 0 {
+		return nil, fmt.Errorf("%w: %d bytes exceeds the device's max_mr_size %d", ErrInvalidArgument, size, pd.ctx.info.MaxMRSize)
+	}
+	off, b, err := pd.ctx.allocShared(size)
+	if err != nil {
+		return nil, err
+	}
+	mr, err := pd.register(b[:size:size], off, access)
+	if err != nil {
+		pd.ctx.arena.Free(off, size)
+		return nil, err
+	}
+	mr.owned = true
+	return mr, nil
+}
+
+// RegMR registers caller memory. The memory must stay referenced and must
+// not be reused until DeregMR. Transports that cannot reach caller memory
+// (shm: peers map only the arena) return ErrNotSupported; use AllocMR.
+// Memory that AllocMR returned may be registered again with other access.
+func (pd *PD) RegMR(buf []byte, access Access) (*MR, error) {
+	if off := pd.ctx.arena.Offset(buf); off >= 0 {
+		return pd.register(buf, off, access)
+	}
+	if !pd.ctx.drv.CanRegister() {
+		return nil, fmt.Errorf("%w: %s cannot reach caller memory; allocate it with AllocMR", ErrNotSupported, pd.ctx.info.Transport)
+	}
+	return pd.register(buf, -1, access)
+}
+
+func (pd *PD) register(buf []byte, arenaOff int, access Access) (*MR, error) {
+	if access&^AccessAll != 0 {
+		return nil, fmt.Errorf("%w: unknown access flags %#x", ErrInvalidArgument, uint32(access))
+	}
+	if access&(AccessRemoteWrite|AccessRemoteAtomic) != 0 && access&AccessLocalWrite == 0 {
+		return nil, fmt.Errorf("%w: REMOTE_WRITE and REMOTE_ATOMIC need LOCAL_WRITE too", ErrInvalidArgument)
+	}
+	c := pd.ctx
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, ErrClosed
+	}
+	idx := -1
+	for i, m := range c.mrs {
+		if m == nil {
+			idx = i
+			break
+		}
+	}
+	live := 0
+	for _, m := range c.mrs {
+		if m != nil {
+			live++
+		}
+	}
+	if live >= MaxMR {
+		return nil, fmt.Errorf("%w: %d memory regions (max_mr)", ErrNoMemory, MaxMR)
+	}
+	if idx < 0 {
+		idx = len(c.mrs)
+		c.mrs = append(c.mrs, nil)
+	}
+	mr := &MR{pd: pd, buf: buf, access: access, index: uint32(idx), arenaOff: arenaOff}
+	handle := keytab.NoHandle
+	if arenaOff >= 0 {
+		handle = uint64(arenaOff)
+	}
+	e := keytab.Entry{Flags: uint32(access), VA: uint64(sys.Addr(buf)), Length: uint64(len(buf)), Handle: handle, Index: uint32(idx), PD: pd.handle}
+	for {
+		e.Key = randUint32()
+		if c.keys.Insert(e) == nil {
+			break
+		}
+	}
+	mr.lkey = e.Key
+	e.Flags |= keytab.FlagRemoteKey
+	for {
+		e.Key = randUint32()
+		if c.keys.Insert(e) == nil {
+			break
+		}
+	}
+	mr.rkey = e.Key
+	c.mrs[idx] = mr
+	return mr, nil
+}
+
+// Bytes returns the region's memory.
+func (mr *MR) Bytes() []byte { return mr.buf }
+
+// Addr returns the address of the region's first byte, as used in SGE.Addr
+// and SendWR.RemoteAddr.
+func (mr *MR) Addr() uint64 { return uint64(sys.Addr(mr.buf)) }
+
+// Len returns the region's length.
+func (mr *MR) Len() int { return len(mr.buf) }
+
+// LKey returns the local key.
+func (mr *MR) LKey() uint32 { return mr.lkey }
+
+// RKey returns the remote key.
+func (mr *MR) RKey() uint32 { return mr.rkey }
+
+// Access returns the access flags.
+func (mr *MR) Access() Access { return mr.access }
+
+// SGE returns an SGE for n bytes at offset off of the region.
+func (mr *MR) SGE(off, n int) SGE {
+	return SGE{Addr: mr.Addr() + uint64(off), Length: uint32(n), LKey: mr.lkey}
+}
+
+// Dereg deregisters the region: from the moment it returns, its keys
+// resolve nowhere. Memory from AllocMR is released.
+func (mr *MR) Dereg() error {
+	c := mr.pd.ctx
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if int(mr.index) >= len(c.mrs) || c.mrs[mr.index] != mr {
+		return fmt.Errorf("%w: region already deregistered", ErrInvalidArgument)
+	}
+	c.keys.Remove(mr.lkey)
+	c.keys.Remove(mr.rkey)
+	c.mrs[mr.index] = nil
+	if mr.owned && !c.closed {
+		c.arena.Free(mr.arenaOff, len(mr.buf))
+	}
+	return nil
+}
+
+// extMemory resolves a caller-memory region by index (for local targets).
+func (c *Context) extMemory(index uint32) []byte {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if int(index) < len(c.mrs) && c.mrs[index] != nil {
+		return c.mrs[index].buf
+	}
+	return nil
+}

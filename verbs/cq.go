@@ -1,0 +1,168 @@
+package verbs
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rdmakit/rdmakit/internal/rc"
+	"github.com/rdmakit/rdmakit/internal/ring"
+)
+
+// CQ is a completion queue. Its ring lives in the context's arena, so a
+// transport may deliver completions into it from another process (shm
+// delivers receive completions that way); Poll and Wait see them all.
+//
+// Any goroutine may Poll or Wait; completions are handed out once each.
+type CQ struct {
+	ctx  *Context
+	r    ring.Ring
+	off  int
+	size int
+
+	closed atomic.Bool
+	// mu serialises Close against late pushes from local producers.
+	mu sync.Mutex
+}
+
+// CreateCQ creates a completion queue with room for at least cqe entries.
+func (c *Context) CreateCQ(cqe int) (*CQ, error) {
+	if cqe <= 0 {
+		return nil, fmt.Errorf("%w: cqe must be positive", ErrInvalidArgument)
+	}
+	if c.info.MaxCQE > 0 && cqe > c.info.MaxCQE {
+		return nil, fmt.Errorf("%w: cqe %d exceeds the device's max_cqe %d", ErrInvalidArgument, cqe, c.info.MaxCQE)
+	}
+	n := ring.Size(cqe, rc.WCSize)
+	off, b, err := c.allocShared(n)
+	if err != nil {
+		return nil, err
+	}
+	cq := &CQ{ctx: c, r: ring.Init(b, cqe, rc.WCSize), off: off, size: n}
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil, ErrClosed
+	}
+	c.cqs[cq] = struct{}{}
+	c.mu.Unlock()
+	return cq, nil
+}
+
+// Cap returns the number of entries the CQ holds.
+func (cq *CQ) Cap() int { return cq.r.Cap() }
+
+// Poll moves up to len(wcs) completions into wcs and returns how many. It
+// never blocks and never allocates. Once the CQ has overflowed, Poll
+// returns what is left and then ErrCQOverflow.
+func (cq *CQ) Poll(wcs []WorkCompletion) (int, error) {
+	var buf [rc.WCSize]byte
+	var w rc.WC
+	n := 0
+	for n < len(wcs) && cq.r.TryPop(buf[:]) {
+		w.Decode(buf[:])
+		wcs[n] = WorkCompletion{
+			WRID: w.WRID, Status: Status(w.Status), Opcode: WCOpcode(w.Opcode),
+			ByteLen: w.ByteLen, Imm: w.Imm, Flags: WCFlags(w.Flags), QPNum: w.QPN, SrcQP: w.SrcQP,
+		}
+		n++
+	}
+	if n == 0 {
+		if cq.r.Flags()&ring.FlagOverflow != 0 {
+			return 0, ErrCQOverflow
+		}
+		if cq.closed.Load() {
+			return 0, ErrClosed
+		}
+	}
+	return n, nil
+}
+
+// spinFor is how long Wait polls before it sleeps: waking a sleeping thread
+// costs tens of microseconds, far more than most completions take.
+const spinFor = 50 * time.Microsecond
+
+// Wait blocks until at least one completion is available, then behaves
+// like Poll. It returns ctx's error if ctx ends first and ErrClosed if the
+// CQ or its context is closed.
+func (cq *CQ) Wait(ctx context.Context, wcs []WorkCompletion) (int, error) {
+	if n, err := cq.Poll(wcs); n > 0 || err != nil {
+		return n, err
+	}
+	start := time.Now()
+	for i := 0; ; i++ {
+		if n, err := cq.Poll(wcs); n > 0 || err != nil {
+			return n, err
+		}
+		if i&63 == 63 {
+			if err := ctx.Err(); err != nil {
+				return 0, err
+			}
+			if time.Since(start) > spinFor {
+				break
+			}
+			runtime.Gosched()
+		}
+	}
+	stop := context.AfterFunc(ctx, cq.r.Notify)
+	defer stop()
+	for {
+		if n, err := cq.Poll(wcs); n > 0 || err != nil {
+			return n, err
+		}
+		if err := ctx.Err(); err != nil {
+			return 0, err
+		}
+		cq.r.Wait(100 * time.Millisecond)
+	}
+}
+
+// push delivers a completion from a local producer.
+func (cq *CQ) push(w *rc.WC) bool {
+	var buf [rc.WCSize]byte
+	w.Encode(buf[:])
+	if !cq.r.TryPush(buf[:]) {
+		cq.r.SetFlag(ring.FlagOverflow)
+		cq.r.Notify()
+		return false
+	}
+	cq.r.Notify()
+	return true
+}
+
+// Overflowed reports whether completions were lost.
+func (cq *CQ) Overflowed() bool { return cq.r.Flags()&ring.FlagOverflow != 0 }
+
+func (cq *CQ) markClosed() {
+	cq.closed.Store(true)
+	cq.r.SetFlag(ring.FlagClosed)
+	cq.r.Notify()
+}
+
+// Close destroys the CQ and wakes its waiters, which return ErrClosed. It
+// fails with ErrBusy while queue pairs use it.
+func (cq *CQ) Close() error {
+	c := cq.ctx
+	c.mu.Lock()
+	for _, q := range c.qps {
+		if q.sendCQ == cq || q.recvCQ == cq {
+			c.mu.Unlock()
+			return fmt.Errorf("%w: CQ still used by QP %#x", ErrBusy, q.num)
+		}
+	}
+	_, live := c.cqs[cq]
+	delete(c.cqs, cq)
+	c.mu.Unlock()
+	cq.markClosed()
+	if live {
+		// Give waiters a moment to see the closed flag before the pages go.
+		time.AfterFunc(time.Second, func() { c.arena.Free(cq.off, cq.size) })
+	}
+	return nil
+}
+
+// location returns the CQ's ring in the arena (for QP control blocks).
+func (cq *CQ) location() (off, n int) { return cq.off, cq.size }

@@ -1,0 +1,673 @@
+package verbs
+
+// Goroutines and ordering. Application goroutines call PostSend, PostRecv,
+// Modify, Close in any number. PostSend validates and appends to the send
+// queue under mu, then calls the driver's PostSend outside the lock. The
+// driver executes entries strictly in order, on whatever goroutine it likes
+// (the caller's for shm, a progress goroutine for tcp), and completes them
+// in order with CompleteSend, which takes cmu. A transition to ERROR (by
+// Modify, by a failed completion, or by a peer through the control block)
+// flushes what is left in the send queue and receive queue with WRFlush
+// completions, so every posted work request completes exactly once.
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rdmakit/rdmakit/internal/keytab"
+	"github.com/rdmakit/rdmakit/internal/rc"
+	"github.com/rdmakit/rdmakit/internal/ring"
+)
+
+// QPConfig configures a queue pair (ibv_qp_init_attr). The type is always
+// reliable connected (RC).
+type QPConfig struct {
+	SendCQ *CQ
+	RecvCQ *CQ
+	// SRQ, if set, supplies receives instead of the QP's own queue.
+	SRQ *SRQ
+	Cap QPCap
+	// SignalAll makes every send work request generate a completion.
+	SignalAll bool
+}
+
+// Limits of a queue pair.
+const (
+	MaxQPWR     = 16384
+	MaxInline   = 1024
+	MaxSGE      = rc.MaxSGE
+	MaxMsgSize  = 1 << 31
+	DefaultQPWR = 128
+)
+
+// SendEntry is a posted send work request as a transport sees it: the work
+// request with its SGL copied, the local memory resolved, and a Status
+// preset when local validation already failed (the transport completes
+// such an entry with that status when its turn comes, without executing it).
+type SendEntry struct {
+	WR SendWR
+	// Local is the gather list (Send, Write) or scatter list (Read, atomic
+	// result) in local memory; inline data is one segment of a private copy.
+	Local [][]byte
+	// Len is the total length of Local.
+	Len    int
+	Status Status
+	Seq    uint64
+
+	sgl    []SGE
+	segs   [][]byte
+	inline []byte
+}
+
+// QP is a reliable-connected queue pair.
+type QP struct {
+	ctx    *Context
+	pd     *PD
+	sendCQ *CQ
+	recvCQ *CQ
+	srq    *SRQ
+	num    uint32
+	cap    QPCap
+	sigAll bool
+	drv    QPDriver
+
+	qcb    rc.QCB
+	qcbOff int
+	rq     ring.Ring
+	rqOff  int
+	rqLen  int
+	target *rc.Target
+
+	// mu guards state, attr, and appending to the send queue.
+	mu    sync.Mutex
+	state QPState
+	attr  QPAttr
+
+	sq   []SendEntry
+	tail atomic.Uint64 // entries below tail are published to the driver
+
+	// cmu guards completing entries (head) and flushing.
+	cmu  sync.Mutex
+	head atomic.Uint64
+}
+
+// CreateQP creates an RC queue pair in RESET.
+func (pd *PD) CreateQP(cfg QPConfig) (*QP, error) {
+	c := pd.ctx
+	if cfg.SendCQ == nil || cfg.RecvCQ == nil {
+		return nil, fmt.Errorf("%w: a QP needs a send CQ and a receive CQ", ErrInvalidArgument)
+	}
+	if cfg.SendCQ.ctx != c || cfg.RecvCQ.ctx != c || (cfg.SRQ != nil && cfg.SRQ.pd.ctx != c) {
+		return nil, fmt.Errorf("%w: CQs and SRQ must belong to the QP's context", ErrInvalidArgument)
+	}
+	cp := cfg.Cap
+	if cp.MaxSendWR == 0 {
+		cp.MaxSendWR = DefaultQPWR
+	}
+	if cp.MaxRecvWR == 0 {
+		cp.MaxRecvWR = DefaultQPWR
+	}
+	if cp.MaxSendSGE == 0 {
+		cp.MaxSendSGE = 4
+	}
+	if cp.MaxRecvSGE == 0 {
+		cp.MaxRecvSGE = 4
+	}
+	if cp.MaxInlineData == 0 {
+		cp.MaxInlineData = 64
+	}
+	if cp.MaxSendWR < 0 || cp.MaxSendWR > MaxQPWR || cp.MaxRecvWR < 0 || cp.MaxRecvWR > MaxQPWR ||
+		cp.MaxSendSGE < 0 || cp.MaxSendSGE > MaxSGE || cp.MaxRecvSGE < 0 || cp.MaxRecvSGE > MaxSGE ||
+		cp.MaxInlineData < 0 || cp.MaxInlineData > MaxInline {
+		return nil, fmt.Errorf("%w: QP caps %+v beyond limits (wr %d, sge %d, inline %d)", ErrInvalidArgument, cp, MaxQPWR, MaxSGE, MaxInline)
+	}
+	if cfg.SRQ != nil {
+		cp.MaxRecvWR, cp.MaxRecvSGE = 0, cfg.SRQ.maxSGE
+	}
+	qp := &QP{ctx: c, pd: pd, sendCQ: cfg.SendCQ, recvCQ: cfg.RecvCQ, srq: cfg.SRQ, cap: cp, sigAll: cfg.SignalAll}
+
+	// Control block, and the receive queue unless an SRQ serves it.
+	qcbOff, qcbMem, err := c.allocShared(rc.QCBSize)
+	if err != nil {
+		return nil, err
+	}
+	qp.qcbOff = qcbOff
+	var rqOff, rqLen int
+	if cfg.SRQ == nil {
+		qp.rqLen = ring.Size(cp.MaxRecvWR, rc.RecvWQESize(cp.MaxRecvSGE))
+		off, b, err := c.allocShared(qp.rqLen)
+		if err != nil {
+			c.arena.Free(qcbOff, rc.QCBSize)
+			return nil, err
+		}
+		qp.rqOff = off
+		qp.rq = ring.Init(b, cp.MaxRecvWR, rc.RecvWQESize(cp.MaxRecvSGE))
+		qp.cap.MaxRecvWR = qp.rq.Cap()
+		rqOff, rqLen = off, qp.rqLen
+	} else {
+		rqOff, rqLen = cfg.SRQ.off, cfg.SRQ.n
+	}
+	cqOff, cqLen := cfg.RecvCQ.location()
+
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil, ErrClosed
+	}
+	for {
+		qp.num = randUint32() & 0xffffff
+		if _, dup := c.qps[qp.num]; !dup && qp.num > 1 {
+			break
+		}
+	}
+	c.qps[qp.num] = qp
+	c.mu.Unlock()
+
+	qp.qcb = rc.InitQCB(qcbMem, rc.Layout{
+		QPN: qp.num, PD: pd.handle, MaxRecvSGE: uint32(cp.MaxRecvSGE),
+		RQOff: uint64(rqOff), RQLen: uint64(rqLen),
+		CQOff: uint64(cqOff), CQLen: uint64(cqLen),
+		KeysOff: uint64(c.keysOff), KeysLen: uint64(c.keysLen),
+	})
+	qp.target, err = rc.Attach(c.arena.Mem, uint64(qcbOff))
+	if err != nil {
+		panic("verbs: own control block does not attach: " + err.Error())
+	}
+	qp.target.Ext = c.extMemory
+
+	qp.sq = make([]SendEntry, cp.MaxSendWR)
+	for i := range qp.sq {
+		e := &qp.sq[i]
+		e.sgl = make([]SGE, cp.MaxSendSGE)
+		e.segs = make([][]byte, cp.MaxSendSGE)
+		e.inline = make([]byte, cp.MaxInlineData)
+	}
+	qp.drv, err = c.drv.NewQP(qp)
+	if err != nil {
+		c.mu.Lock()
+		delete(c.qps, qp.num)
+		c.mu.Unlock()
+		qp.freeMemory()
+		return nil, err
+	}
+	return qp, nil
+}
+
+func (qp *QP) freeMemory() {
+	c := qp.ctx
+	qp.qcb.SetState(rc.StateReset)
+	// Peers re-check the control block before each operation; give any
+	// operation already past that check time to finish before the pages
+	// can be reused.
+	time.AfterFunc(2*time.Second, func() {
+		c.arena.Free(qp.qcbOff, rc.QCBSize)
+		if qp.srq == nil {
+			c.arena.Free(qp.rqOff, qp.rqLen)
+		}
+	})
+}
+
+// Num returns the QP number.
+func (qp *QP) Num() uint32 { return qp.num }
+
+// Cap returns the QP's capabilities (as granted, which may exceed those
+// requested).
+func (qp *QP) Cap() QPCap { return qp.cap }
+
+// PD returns the QP's protection domain.
+func (qp *QP) PD() *PD { return qp.pd }
+
+// Context returns the QP's context.
+func (qp *QP) Context() *Context { return qp.ctx }
+
+// Address returns the transport address a peer puts in AddressHandle.Dest.
+func (qp *QP) Address() []byte { return qp.drv.Address() }
+
+// State returns the current state.
+func (qp *QP) State() QPState {
+	qp.syncState()
+	qp.mu.Lock()
+	defer qp.mu.Unlock()
+	return qp.state
+}
+
+// Attr returns the attributes applied so far and the current state.
+func (qp *QP) Attr() QPAttr {
+	qp.syncState()
+	qp.mu.Lock()
+	defer qp.mu.Unlock()
+	a := qp.attr
+	a.State = qp.state
+	return a
+}
+
+func validTransition(from, to QPState) bool {
+	switch to {
+	case QPReset, QPError:
+		return true
+	case QPInit:
+		return from == QPReset || from == QPInit
+	case QPRTR:
+		return from == QPInit
+	case QPRTS:
+		return from == QPRTR || from == QPRTS
+	}
+	return false
+}
+
+// Modify moves the QP to attr.State, applying the attributes of that
+// transition (see QPAttr). Invalid transitions return ErrInvalidState.
+func (qp *QP) Modify(attr QPAttr) error {
+	qp.syncState()
+	qp.mu.Lock()
+	from := qp.state
+	to := attr.State
+	if !validTransition(from, to) {
+		qp.mu.Unlock()
+		return fmt.Errorf("%w: %s → %s", ErrInvalidState, from, to)
+	}
+	switch to {
+	case QPInit:
+		if attr.AccessFlags&^(AccessRemoteWrite|AccessRemoteRead|AccessRemoteAtomic|AccessLocalWrite) != 0 {
+			qp.mu.Unlock()
+			return fmt.Errorf("%w: access flags %#x", ErrInvalidArgument, uint32(attr.AccessFlags))
+		}
+	case QPRTR:
+		if attr.PathMTU != 0 && attr.PathMTU.Bytes() == 0 {
+			qp.mu.Unlock()
+			return fmt.Errorf("%w: path MTU %d", ErrInvalidArgument, attr.PathMTU)
+		}
+		if attr.MinRNRTimer > 31 {
+			qp.mu.Unlock()
+			return fmt.Errorf("%w: min_rnr_timer %d (0..31)", ErrInvalidArgument, attr.MinRNRTimer)
+		}
+	case QPRTS:
+		if attr.RetryCount > 7 || attr.RNRRetry > 7 || attr.Timeout > 31 {
+			qp.mu.Unlock()
+			return fmt.Errorf("%w: retry_cnt %d, rnr_retry %d (0..7), timeout %d (0..31)", ErrInvalidArgument, attr.RetryCount, attr.RNRRetry, attr.Timeout)
+		}
+	}
+	next := qp.attr
+	switch to {
+	case QPInit:
+		next.AccessFlags, next.Port = attr.AccessFlags, attr.Port
+	case QPRTR:
+		next.PathMTU, next.DestQPN, next.RQPSN, next.AH = attr.PathMTU, attr.DestQPN, attr.RQPSN, attr.AH
+		next.MinRNRTimer, next.MaxDestRdAtomic = attr.MinRNRTimer, attr.MaxDestRdAtomic
+		if next.PathMTU == 0 {
+			next.PathMTU = MTU4096
+		}
+	case QPRTS:
+		if from == QPRTR {
+			next.SQPSN = attr.SQPSN
+		}
+		next.Timeout, next.RetryCount, next.RNRRetry, next.MaxRdAtomic = attr.Timeout, attr.RetryCount, attr.RNRRetry, attr.MaxRdAtomic
+	case QPReset:
+		next = QPAttr{}
+	}
+	next.State = to
+	qp.mu.Unlock()
+
+	if err := qp.drv.Modify(from, to, &next); err != nil {
+		return err
+	}
+
+	qp.mu.Lock()
+	if qp.state != from {
+		// A concurrent error transition won; report it.
+		s := qp.state
+		qp.mu.Unlock()
+		if to != QPError && to != QPReset {
+			return fmt.Errorf("%w: QP moved to %s during the transition", ErrInvalidState, s)
+		}
+		qp.mu.Lock()
+	}
+	qp.attr = next
+	qp.state = to
+	switch to {
+	case QPInit:
+		qp.qcb.SetAccess(uint32(next.AccessFlags))
+	case QPRTR:
+		qp.qcb.SetMinRNR(next.MinRNRTimer)
+		qp.qcb.SetDestQPN(next.DestQPN)
+	}
+	qp.qcb.SetState(uint32(to))
+	qp.mu.Unlock()
+
+	switch to {
+	case QPError:
+		qp.flushSQ()
+		qp.flushRQ()
+	case QPReset:
+		qp.cmu.Lock()
+		qp.head.Store(qp.tail.Load())
+		qp.cmu.Unlock()
+		if qp.srq == nil {
+			var buf [rc.RecvWQEMax]byte
+			for qp.rq.TryPop(buf[:qp.rq.Payload()]) {
+			}
+		}
+	}
+	return nil
+}
+
+// syncState applies an ERROR state a peer recorded in the control block.
+func (qp *QP) syncState() {
+	if qp.qcb.State() == rc.StateError {
+		qp.mu.Lock()
+		s := qp.state
+		qp.mu.Unlock()
+		if s != QPError {
+			qp.enterError(true)
+		}
+	}
+}
+
+// Fail moves the QP to ERROR on the transport's behalf (peer lost, or a
+// peer recorded an error in the control block) and flushes both queues.
+// The transport must have stopped executing send entries. Outstanding
+// entries it wants to fail with a specific status it completes first.
+func (qp *QP) Fail() { qp.enterError(false) }
+
+func (qp *QP) enterError(notify bool) {
+	qp.mu.Lock()
+	if qp.state == QPError {
+		qp.mu.Unlock()
+		return
+	}
+	from := qp.state
+	qp.state = QPError
+	qp.attr.State = QPError
+	qp.qcb.SetState(rc.StateError)
+	qp.mu.Unlock()
+	if notify {
+		qp.drv.Modify(from, QPError, nil)
+	}
+	qp.flushSQ()
+	qp.flushRQ()
+}
+
+func (qp *QP) flushSQ() {
+	qp.cmu.Lock()
+	defer qp.cmu.Unlock()
+	for h := qp.head.Load(); h < qp.tail.Load(); h++ {
+		e := &qp.sq[h%uint64(len(qp.sq))]
+		qp.emitSend(e, StatusWRFlush)
+		qp.head.Store(h + 1)
+	}
+}
+
+func (qp *QP) flushRQ() {
+	if qp.srq != nil {
+		return
+	}
+	var buf [rc.RecvWQEMax]byte
+	var w rc.RecvWQE
+	for qp.rq.TryPop(buf[:qp.rq.Payload()]) {
+		w.Decode(buf[:qp.rq.Payload()])
+		qp.recvCQ.push(&rc.WC{WRID: w.WRID, Status: rc.WRFlush, Opcode: rc.WCRecv, QPN: qp.num})
+	}
+}
+
+var wcOpcodes = [...]uint32{rc.WCWrite, rc.WCWrite, rc.WCSend, rc.WCSend, rc.WCRead, rc.WCCompSwap, rc.WCFetchAdd}
+
+func (qp *QP) emitSend(e *SendEntry, st Status) {
+	if st == StatusSuccess && e.WR.Flags&SendSignaled == 0 && !qp.sigAll {
+		return
+	}
+	w := rc.WC{WRID: e.WR.ID, Status: rc.Status(st), Opcode: wcOpcodes[e.WR.Opcode], ByteLen: uint32(e.Len), QPN: qp.num}
+	if !qp.sendCQ.push(&w) && st == StatusSuccess {
+		// The completion was lost: the CQ reports overflow, and the QP
+		// cannot go on as if nothing happened.
+		go qp.enterError(true)
+	}
+}
+
+// PostSend posts a batch of send work requests. Local validation errors
+// (state, opcode, SGE count, inline size, atomic alignment, full queue)
+// stop the batch and are returned as a *PostError; work requests before it
+// were posted. Errors found while executing arrive as completions.
+func (qp *QP) PostSend(wrs []SendWR) error {
+	qp.syncState()
+	qp.mu.Lock()
+	if qp.state == QPError {
+		qp.mu.Unlock()
+		for i := range wrs {
+			e := SendEntry{WR: wrs[i]}
+			qp.cmu.Lock()
+			qp.emitSend(&e, StatusWRFlush)
+			qp.cmu.Unlock()
+		}
+		return nil
+	}
+	if qp.state != QPRTS {
+		s := qp.state
+		qp.mu.Unlock()
+		return postErr(0, ErrInvalidState, "QP is %s, send needs RTS", s)
+	}
+	var err error
+	posted := 0
+	for i := range wrs {
+		if err = qp.prepare(i, &wrs[i]); err != nil {
+			break
+		}
+		posted++
+	}
+	qp.mu.Unlock()
+	if posted > 0 {
+		qp.drv.PostSend()
+	}
+	return err
+}
+
+// prepare validates wr and appends it; qp.mu is held.
+func (qp *QP) prepare(i int, wr *SendWR) error {
+	if wr.Opcode > OpFetchAndAdd {
+		return postErr(i, ErrInvalidArgument, "unknown opcode %d", wr.Opcode)
+	}
+	if len(wr.SGL) > qp.cap.MaxSendSGE {
+		return postErr(i, ErrInvalidArgument, "%d SGEs, max_send_sge is %d", len(wr.SGL), qp.cap.MaxSendSGE)
+	}
+	total := uint64(0)
+	for _, sg := range wr.SGL {
+		total += uint64(sg.Length)
+	}
+	if total > MaxMsgSize {
+		return postErr(i, ErrInvalidArgument, "message of %d bytes exceeds max_msg_sz %d", total, uint64(MaxMsgSize))
+	}
+	inline := wr.Flags&SendInline != 0
+	if inline {
+		if wr.Opcode == OpRead || wr.Opcode.IsAtomic() {
+			return postErr(i, ErrInvalidArgument, "%s cannot be inline", wr.Opcode)
+		}
+		if total > uint64(qp.cap.MaxInlineData) {
+			return postErr(i, ErrInvalidArgument, "%d inline bytes, max_inline_data is %d", total, qp.cap.MaxInlineData)
+		}
+	}
+	if wr.Opcode.IsAtomic() {
+		if qp.ctx.info.AtomicCap == AtomicNone {
+			return postErr(i, ErrNotSupported, "device %s has no atomics", qp.ctx.info.Name)
+		}
+		if len(wr.SGL) != 1 || wr.SGL[0].Length != 8 {
+			return postErr(i, ErrInvalidArgument, "an atomic needs one 8-byte SGE for the prior value")
+		}
+		if wr.RemoteAddr&7 != 0 {
+			return postErr(i, ErrInvalidArgument, "misaligned atomic: remote address %#x is not 8-byte aligned", wr.RemoteAddr)
+		}
+	}
+	t := qp.tail.Load()
+	if t-qp.head.Load() >= uint64(len(qp.sq)) {
+		return postErr(i, ErrQueueFull, "send queue holds %d work requests; poll completions first", len(qp.sq))
+	}
+	e := &qp.sq[t%uint64(len(qp.sq))]
+	e.WR = *wr
+	e.WR.SGL = e.sgl[:len(wr.SGL)]
+	copy(e.WR.SGL, wr.SGL)
+	e.Seq = t
+	e.Status = StatusSuccess
+	e.Len = int(total)
+	needWrite := wr.Opcode == OpRead || wr.Opcode.IsAtomic()
+	e.Local = e.segs[:0]
+	for _, sg := range wr.SGL {
+		m, ok := qp.resolveLocal(sg, needWrite && !inline)
+		if !ok {
+			if inline {
+				// Inline data is copied now, so its memory must be valid now.
+				return postErr(i, ErrInvalidArgument, "inline SGE %#x+%d is not in local memory", sg.Addr, sg.Length)
+			}
+			e.Status = StatusLocalProtection
+			break
+		}
+		if len(m) > 0 {
+			e.Local = append(e.Local, m)
+		}
+	}
+	if inline && e.Status == StatusSuccess {
+		n := 0
+		for _, m := range e.Local {
+			n += copy(e.inline[n:], m)
+		}
+		e.segs[0] = e.inline[:n]
+		e.Local = e.segs[:1]
+		if n == 0 {
+			e.Local = e.segs[:0]
+		}
+	}
+	qp.tail.Store(t + 1)
+	return nil
+}
+
+// resolveLocal maps an SGE to local memory, checking key, PD, bounds and
+// (for Read and atomic results) local write access.
+func (qp *QP) resolveLocal(sg SGE, needWrite bool) ([]byte, bool) {
+	if sg.Length == 0 {
+		return nil, true
+	}
+	e, ok := qp.ctx.keys.Lookup(sg.LKey)
+	if !ok || e.Flags&keytab.FlagRemoteKey != 0 || e.PD != qp.pd.handle {
+		return nil, false
+	}
+	if needWrite && e.Flags&uint32(AccessLocalWrite) == 0 {
+		return nil, false
+	}
+	end := sg.Addr + uint64(sg.Length)
+	if sg.Addr < e.VA || end > e.VA+e.Length || end < sg.Addr {
+		return nil, false
+	}
+	off := sg.Addr - e.VA
+	if e.Handle != keytab.NoHandle {
+		return qp.ctx.arena.Mem[e.Handle+off : e.Handle+off+uint64(sg.Length)], true
+	}
+	m := qp.ctx.extMemory(e.Index)
+	if m == nil {
+		return nil, false
+	}
+	return m[off : off+uint64(sg.Length)], true
+}
+
+// PostRecv posts a batch of receive work requests. A QP with an SRQ takes
+// its receives from the SRQ and refuses PostRecv.
+func (qp *QP) PostRecv(wrs []RecvWR) error {
+	if qp.srq != nil {
+		return postErr(0, ErrInvalidArgument, "QP %#x uses an SRQ; post receives to the SRQ", qp.num)
+	}
+	qp.syncState()
+	qp.mu.Lock()
+	s := qp.state
+	qp.mu.Unlock()
+	if s == QPReset {
+		return postErr(0, ErrInvalidState, "QP is RESET; receives can be posted from INIT on")
+	}
+	if s == QPError {
+		for i := range wrs {
+			qp.recvCQ.push(&rc.WC{WRID: wrs[i].ID, Status: rc.WRFlush, Opcode: rc.WCRecv, QPN: qp.num})
+		}
+		return nil
+	}
+	err := postRecvRing(qp.rq, qp.cap.MaxRecvSGE, wrs)
+	qp.drv.PostRecv()
+	if qp.qcb.State() == rc.StateError {
+		// Raced with an error transition; make sure nothing is stranded.
+		qp.flushRQ()
+	}
+	return err
+}
+
+// Close destroys the QP. Outstanding work requests are dropped without
+// completions, as with ibv_destroy_qp.
+func (qp *QP) Close() error {
+	qp.destroyOnce()
+	return nil
+}
+
+func (qp *QP) destroyOnce() {
+	c := qp.ctx
+	c.mu.Lock()
+	if c.qps[qp.num] != qp {
+		c.mu.Unlock()
+		return
+	}
+	delete(c.qps, qp.num)
+	c.mu.Unlock()
+	qp.mu.Lock()
+	from := qp.state
+	qp.state = QPReset
+	qp.mu.Unlock()
+	if from != QPReset {
+		qp.drv.Modify(from, QPReset, &QPAttr{})
+	}
+	qp.drv.Destroy()
+	qp.freeMemory()
+}
+
+func (qp *QP) destroy() { qp.destroyOnce() }
+
+// The methods below are for transports.
+
+// SendTail returns the position one past the newest published send entry.
+func (qp *QP) SendTail() uint64 { return qp.tail.Load() }
+
+// SendHead returns the position of the oldest uncompleted send entry.
+func (qp *QP) SendHead() uint64 { return qp.head.Load() }
+
+// SendEntry returns the entry at position seq (SendHead <= seq < SendTail).
+func (qp *QP) SendEntry(seq uint64) *SendEntry { return &qp.sq[seq%uint64(len(qp.sq))] }
+
+// CompleteSend completes the oldest outstanding send entry with st. A
+// failure moves the QP to ERROR and flushes the rest; CompleteSend then
+// returns false and the transport must stop executing entries.
+func (qp *QP) CompleteSend(st Status) bool {
+	qp.cmu.Lock()
+	h := qp.head.Load()
+	if h >= qp.tail.Load() {
+		qp.cmu.Unlock()
+		return qp.qcb.State() != rc.StateError
+	}
+	e := &qp.sq[h%uint64(len(qp.sq))]
+	qp.emitSend(e, st)
+	qp.head.Store(h + 1)
+	qp.cmu.Unlock()
+	if st != StatusSuccess {
+		qp.enterError(false)
+		return false
+	}
+	return true
+}
+
+// Target returns the QP's own responder view (for transports whose
+// responder runs in this process).
+func (qp *QP) Target() *rc.Target { return qp.target }
+
+// ControlOffset returns where the QP's control block is in the arena (for
+// transports whose peers map the arena).
+func (qp *QP) ControlOffset() int { return qp.qcbOff }
+
+// Config returns the current attributes without syncing (for transports,
+// from inside driver calls).
+func (qp *QP) Config() QPAttr {
+	qp.mu.Lock()
+	defer qp.mu.Unlock()
+	return qp.attr
+}
