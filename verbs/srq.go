@@ -99,8 +99,10 @@ func postRecvRing(r ring.Ring, maxSGE int, wrs []RecvWR) error {
 		w.Encode(buf[:sz])
 		clear(buf[sz:r.Payload()])
 		if !r.TryPush(buf[:r.Payload()]) {
+			r.Notify()
 			return postErr(i, ErrQueueFull, "receive queue holds %d work requests", r.Cap())
 		}
 	}
+	r.Notify() // a requester waiting out a receiver-not-ready may retry now
 	return nil
 }

@@ -1,0 +1,285 @@
+package shm
+
+import (
+	"encoding/binary"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/rdmakit/rdmakit/internal/rc"
+	"github.com/rdmakit/rdmakit/verbs"
+)
+
+// qpDriver executes one queue pair's send queue against its peer's arena.
+type qpDriver struct {
+	c    *ctxDriver
+	qp   *verbs.QP
+	addr []byte
+
+	// mu guards the fields below and is held while entries execute, so
+	// entries run one at a time and in order.
+	mu       sync.Mutex
+	running  bool // in RTS: PostSend executes entries
+	peer     *peer
+	target   *rc.Target
+	next     uint64    // next entry to execute; entries complete as they run
+	rnrTries int       // receiver-not-ready retries spent on entry next
+	rnrAt    time.Time // non-zero while entry next waits out an RNR
+	attr     verbs.QPAttr
+	segs     [rc.MaxSGE][]byte // receive scatter scratch
+	wqe      rc.RecvWQE
+}
+
+func (d *qpDriver) Address() []byte { return d.addr }
+
+func (d *qpDriver) Modify(from, to verbs.QPState, attr *verbs.QPAttr) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	switch to {
+	case verbs.QPRTR:
+		a, err := parseAddress(attr.AH.Dest)
+		if err != nil {
+			return err
+		}
+		if a.boot != bootID() {
+			return ErrOtherHost
+		}
+		if a.qpn != attr.DestQPN {
+			return fmt.Errorf("%w: address is for QP %#x, DestQPN is %#x", ErrAddress, a.qpn, attr.DestQPN)
+		}
+		p, err := acquirePeer(a)
+		if err != nil {
+			return err
+		}
+		t, err := rc.Attach(p.mem, a.qcb)
+		if err != nil || t.QPN() != a.qpn {
+			releasePeer(p)
+			return fmt.Errorf("%w: no QP %#x at the advertised control block", ErrAddress, a.qpn)
+		}
+		if d.peer != nil {
+			releasePeer(d.peer)
+		}
+		d.peer, d.target = p, t
+		d.attr = *attr
+	case verbs.QPRTS:
+		d.attr = *attr
+		d.running = true
+		d.next = d.qp.SendTail()
+	case verbs.QPError:
+		d.running = false
+		d.rnrAt = time.Time{}
+	case verbs.QPReset:
+		d.running = false
+		d.rnrAt = time.Time{}
+		if d.peer != nil {
+			releasePeer(d.peer)
+			d.peer, d.target = nil, nil
+		}
+	}
+	return nil
+}
+
+func (d *qpDriver) PostSend() {
+	d.mu.Lock()
+	d.run()
+	d.mu.Unlock()
+}
+
+func (d *qpDriver) PostRecv() {
+	// A queue pair of this process may be waiting for this receive.
+	wakeAll()
+}
+
+func (d *qpDriver) Destroy() error {
+	d.c.mu.Lock()
+	delete(d.c.qps, d)
+	d.c.mu.Unlock()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.running = false
+	if d.peer != nil {
+		releasePeer(d.peer)
+		d.peer, d.target = nil, nil
+	}
+	return nil
+}
+
+// run executes entries until the queue is empty, an entry must wait for a
+// receive, or the QP fails. d.mu is held.
+func (d *qpDriver) run() {
+	for d.running && d.rnrAt.IsZero() && d.next < d.qp.SendTail() {
+		e := d.qp.SendEntry(d.next)
+		st := rc.Status(e.Status)
+		if st == rc.Success {
+			st = d.exec(e)
+		}
+		if st == rc.RNR {
+			if d.attr.RNRRetry != 7 && d.rnrTries >= int(d.attr.RNRRetry) {
+				st = rc.RNRRetryExceeded
+			} else {
+				d.rnrTries++
+				d.rnrAt = time.Now().Add(verbs.RNRTimerDuration(d.target.MinRNR()))
+				d.c.wake()
+				return
+			}
+		}
+		d.rnrTries = 0
+		d.next++
+		if !d.qp.CompleteSend(verbs.Status(st)) {
+			d.running = false
+			return
+		}
+	}
+}
+
+// exec performs one work request on the peer's memory, as the peer's
+// responder would, and returns its status.
+func (d *qpDriver) exec(e *verbs.SendEntry) rc.Status {
+	t := d.target
+	if !t.Accepting() || t.DestQPN() != d.qp.Num() {
+		// A QP that is not ready, gone, or connected elsewhere does not
+		// answer; a real requester would exhaust its retries.
+		return rc.RetryExceeded
+	}
+	wr := &e.WR
+	switch wr.Opcode {
+	case verbs.OpWrite:
+		dst, st := t.Remote(wr.RKey, wr.RemoteAddr, e.Len, rc.AccessRemoteWrite)
+		if st != rc.Success {
+			return st
+		}
+		gather(dst, e.Local)
+	case verbs.OpWriteWithImm:
+		dst, st := t.Remote(wr.RKey, wr.RemoteAddr, e.Len, rc.AccessRemoteWrite)
+		if st != rc.Success {
+			return st
+		}
+		if !t.PopRecv(&d.wqe) {
+			return rc.RNR
+		}
+		gather(dst, e.Local)
+		if !t.Complete(&rc.WC{WRID: d.wqe.WRID, Opcode: rc.WCRecvWriteImm, ByteLen: uint32(e.Len),
+			Imm: wr.Imm, Flags: rc.WCWithImm, QPN: t.QPN(), SrcQP: d.qp.Num()}) {
+			return rc.RemoteOperation
+		}
+	case verbs.OpSend, verbs.OpSendWithImm:
+		if !t.PopRecv(&d.wqe) {
+			return rc.RNR
+		}
+		n, st := t.ScatterRecv(&d.wqe, e.Len, d.segs[:])
+		if st != rc.Success {
+			// The receiver's error: its receive completes with it, its QP
+			// goes to ERROR; the requester learns of a remote error.
+			t.Complete(&rc.WC{WRID: d.wqe.WRID, Status: st, Opcode: rc.WCRecv, QPN: t.QPN(), SrcQP: d.qp.Num()})
+			t.Fail(true)
+			if st == rc.LocalLength {
+				return rc.RemoteInvalidReq
+			}
+			return rc.RemoteOperation
+		}
+		rc.CopySG(d.segs[:n], e.Local)
+		w := rc.WC{WRID: d.wqe.WRID, Opcode: rc.WCRecv, ByteLen: uint32(e.Len), QPN: t.QPN(), SrcQP: d.qp.Num()}
+		if wr.Opcode == verbs.OpSendWithImm {
+			w.Imm, w.Flags = wr.Imm, rc.WCWithImm
+		}
+		if !t.Complete(&w) {
+			return rc.RemoteOperation
+		}
+	case verbs.OpRead:
+		src, st := t.Remote(wr.RKey, wr.RemoteAddr, e.Len, rc.AccessRemoteRead)
+		if st != rc.Success {
+			return st
+		}
+		scatter(e.Local, src)
+	case verbs.OpCompareAndSwap, verbs.OpFetchAndAdd:
+		word, st := t.Atomic(wr.RKey, wr.RemoteAddr)
+		if st != rc.Success {
+			return st
+		}
+		var old uint64
+		if wr.Opcode == verbs.OpCompareAndSwap {
+			old = compareSwap(word, wr.CompareAdd, wr.Swap)
+		} else {
+			old = fetchAdd(word, wr.CompareAdd)
+		}
+		if len(e.Local) == 1 {
+			binary.LittleEndian.PutUint64(e.Local[0], old)
+		}
+	default:
+		return rc.LocalQPOperation
+	}
+	return rc.Success
+}
+
+func gather(dst []byte, src [][]byte) {
+	for _, s := range src {
+		n := copy(dst, s)
+		dst = dst[n:]
+	}
+}
+
+func scatter(dst [][]byte, src []byte) {
+	for _, d := range dst {
+		n := copy(d, src)
+		src = src[n:]
+	}
+}
+
+// poll is the progress goroutine's visit: peer death, errors a peer
+// recorded in our control block, and RNR retries. It returns how soon it
+// wants to be called again (0: no preference).
+func (d *qpDriver) poll(now time.Time) time.Duration {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.peer != nil && d.peer.dead() {
+		d.fail(rc.RetryExceeded)
+		return 0
+	}
+	if d.qp.Target().State() == rc.StateError && d.running {
+		// The peer recorded a receive-side error of ours.
+		d.fail(rc.WRFlush)
+		return 0
+	}
+	if d.rnrAt.IsZero() || !d.running {
+		return 0
+	}
+	if now.Before(d.rnrAt) && !d.target.HasRecv() {
+		return d.rnrAt.Sub(now)
+	}
+	d.rnrAt = time.Time{}
+	d.run()
+	if !d.rnrAt.IsZero() {
+		return time.Until(d.rnrAt)
+	}
+	return 0
+}
+
+// fail ends the QP: the oldest outstanding entry completes with st (unless
+// it is a flush), the rest flush. d.mu is held.
+func (d *qpDriver) fail(st rc.Status) {
+	if !d.running && d.qp.Target().State() == rc.StateError {
+		return
+	}
+	d.running = false
+	d.rnrAt = time.Time{}
+	if st != rc.WRFlush && d.qp.SendHead() < d.qp.SendTail() {
+		d.qp.CompleteSend(verbs.Status(st))
+		return
+	}
+	d.qp.Fail()
+}
+
+// wakeAll prods every context's progress goroutine in this process.
+func wakeAll() {
+	ctxsMu.Lock()
+	for c := range ctxs {
+		c.wake()
+	}
+	ctxsMu.Unlock()
+}
+
+var (
+	// ctxsMu guards ctxs.
+	ctxsMu sync.Mutex
+	ctxs   = map[*ctxDriver]struct{}{}
+)

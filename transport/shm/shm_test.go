@@ -1,0 +1,17 @@
+package shm_test
+
+import (
+	"testing"
+
+	"go.uber.org/goleak"
+
+	"github.com/rdmakit/rdmakit/internal/conformance"
+	_ "github.com/rdmakit/rdmakit/transport/shm"
+)
+
+func TestMain(m *testing.M) {
+	conformance.ServePeerIfChild()
+	goleak.VerifyTestMain(m)
+}
+
+func TestConformance(t *testing.T) { conformance.Run(t, "shm0") }
