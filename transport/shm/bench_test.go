@@ -1,0 +1,11 @@
+package shm_test
+
+import (
+	"testing"
+
+	"github.com/rdmakit/rdmakit/internal/conformance"
+)
+
+// BenchmarkVerbs measures latency (usec, perftest's definitions) and
+// bandwidth (MB/s) of write, read and send at 8 B, 4 KiB, 64 KiB, 1 MiB.
+func BenchmarkVerbs(b *testing.B) { conformance.Bench(b, "shm0") }
