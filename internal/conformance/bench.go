@@ -69,7 +69,7 @@ func NewPair(device string, bufSize, depth int) (*Pair, error) {
 	}
 	pa, pb := verbs.RandomPSN(), verbs.RandomPSN()
 	for _, s := range []struct {
-		e, r *End
+		e, r   *End
 		sp, rp uint32
 	}{{a, b, pa, pb}, {b, a, pb, pa}} {
 		if err := s.e.QP.Modify(verbs.QPAttr{State: verbs.QPRTR, DestQPN: s.r.QP.Num(), RQPSN: s.rp, AH: verbs.AddressHandle{Dest: s.r.QP.Address()}, MinRNRTimer: 1}); err != nil {

@@ -1,0 +1,54 @@
+package sys
+
+import (
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// MaxIOV is the most buffers one Writev call takes.
+const MaxIOV = 128
+
+// IOVecs is the iovec array Writev fills. Keeping one per writer makes
+// gathered writes allocation-free.
+type IOVecs [MaxIOV]unix.Iovec
+
+// ErrAgain is returned by Writev when a non-blocking descriptor cannot take
+// any byte now.
+var ErrAgain error = unix.EAGAIN
+
+// Writev writes bufs (at most MaxIOV non-empty ones; the rest are left for
+// the next call) to fd with a single writev(2) and returns the bytes
+// written, which may be fewer than asked. It retries on EINTR and returns
+// ErrAgain when fd is non-blocking and full. Memory is not copied: the
+// kernel reads the buffers in place.
+func Writev(fd int, bufs [][]byte, iov *IOVecs) (int, error) {
+	n := 0
+	for _, b := range bufs {
+		if len(b) == 0 {
+			continue
+		}
+		if n == MaxIOV {
+			break
+		}
+		iov[n].Base = unsafe.SliceData(b)
+		iov[n].SetLen(len(b))
+		n++
+	}
+	if n == 0 {
+		return 0, nil
+	}
+	for {
+		r, _, e := unix.Syscall(unix.SYS_WRITEV, uintptr(fd), uintptr(unsafe.Pointer(&iov[0])), uintptr(n))
+		if e == unix.EINTR {
+			continue
+		}
+		if e == unix.EAGAIN {
+			return 0, ErrAgain
+		}
+		if e != 0 {
+			return 0, e
+		}
+		return int(r), nil
+	}
+}
