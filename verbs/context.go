@@ -36,6 +36,8 @@ type Context struct {
 	srqs   map[*SRQ]struct{}
 	pds    map[*PD]struct{}
 	closed bool
+
+	native NativeContext // non-nil when the device implements the objects
 }
 
 // Open opens the device called name (as listed by Devices).
@@ -69,6 +71,7 @@ func Open(name string) (*Context, error) {
 		a.Close()
 		return nil, fmt.Errorf("verbs: open %s: %w", name, err)
 	}
+	c.native, _ = c.drv.(NativeContext)
 	return c, nil
 }
 
@@ -117,6 +120,21 @@ func (c *Context) Close() error {
 	for _, q := range cqs {
 		q.markClosed()
 	}
+	if c.native != nil {
+		c.mu.Lock()
+		for _, m := range c.mrs {
+			if m != nil && m.native != nil {
+				m.native.Dereg()
+			}
+		}
+		for s := range c.srqs {
+			s.native.Close()
+		}
+		for pd := range c.pds {
+			pd.native.Close()
+		}
+		c.mu.Unlock()
+	}
 	err := c.drv.Close()
 	c.arena.Close()
 	return err
@@ -139,6 +157,7 @@ func RandomPSN() uint32 { return randUint32() & 0xffffff }
 type PD struct {
 	ctx    *Context
 	handle uint32
+	native NativePD
 }
 
 // AllocPD allocates a protection domain.
@@ -149,6 +168,13 @@ func (c *Context) AllocPD() (*PD, error) {
 		return nil, ErrClosed
 	}
 	pd := &PD{ctx: c, handle: randUint32() | 1}
+	if c.native != nil {
+		n, err := c.native.AllocPD()
+		if err != nil {
+			return nil, err
+		}
+		pd.native = n
+	}
 	c.pds[pd] = struct{}{}
 	return pd, nil
 }
@@ -172,6 +198,9 @@ func (pd *PD) Close() error {
 		}
 	}
 	delete(c.pds, pd)
+	if pd.native != nil {
+		return pd.native.Close()
+	}
 	return nil
 }
 
@@ -186,6 +215,7 @@ type MR struct {
 	// arenaOff is the offset in the arena, or -1 for caller memory.
 	arenaOff int
 	owned    bool
+	native   NativeMR
 }
 
 // AllocMR allocates size bytes of off-heap memory (from the context's
@@ -219,7 +249,7 @@ func (pd *PD) RegMR(buf []byte, access Access) (*MR, error) {
 	if off := pd.ctx.arena.Offset(buf); off >= 0 {
 		return pd.register(buf, off, access)
 	}
-	if !pd.ctx.drv.CanRegister() {
+	if pd.native == nil && !pd.ctx.drv.CanRegister() {
 		return nil, fmt.Errorf("%w: %s cannot reach caller memory; allocate it with AllocMR", ErrNotSupported, pd.ctx.info.Transport)
 	}
 	return pd.register(buf, -1, access)
@@ -259,6 +289,15 @@ func (pd *PD) register(buf []byte, arenaOff int, access Access) (*MR, error) {
 		c.mrs = append(c.mrs, nil)
 	}
 	mr := &MR{pd: pd, buf: buf, access: access, index: uint32(idx), arenaOff: arenaOff}
+	if pd.native != nil {
+		n, err := pd.native.RegMR(buf, access)
+		if err != nil {
+			return nil, fmt.Errorf("verbs: register %d bytes: %w", len(buf), err)
+		}
+		mr.native, mr.lkey, mr.rkey = n, n.LKey(), n.RKey()
+		c.mrs[idx] = mr
+		return mr, nil
+	}
 	handle := keytab.NoHandle
 	if arenaOff >= 0 {
 		handle = uint64(arenaOff)
@@ -316,8 +355,14 @@ func (mr *MR) Dereg() error {
 	if int(mr.index) >= len(c.mrs) || c.mrs[mr.index] != mr {
 		return fmt.Errorf("%w: region already deregistered", ErrInvalidArgument)
 	}
-	c.keys.Remove(mr.lkey)
-	c.keys.Remove(mr.rkey)
+	if mr.native != nil {
+		if err := mr.native.Dereg(); err != nil {
+			return err
+		}
+	} else {
+		c.keys.Remove(mr.lkey)
+		c.keys.Remove(mr.rkey)
+	}
 	c.mrs[mr.index] = nil
 	if mr.owned && !c.closed {
 		c.arena.Free(mr.arenaOff, len(mr.buf))

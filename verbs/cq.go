@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"runtime"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -24,8 +23,7 @@ type CQ struct {
 	size int
 
 	closed atomic.Bool
-	// mu serialises Close against late pushes from local producers.
-	mu sync.Mutex
+	native NativeCQ
 }
 
 // CreateCQ creates a completion queue with room for at least cqe entries.
@@ -35,6 +33,17 @@ func (c *Context) CreateCQ(cqe int) (*CQ, error) {
 	}
 	if c.info.MaxCQE > 0 && cqe > c.info.MaxCQE {
 		return nil, fmt.Errorf("%w: cqe %d exceeds the device's max_cqe %d", ErrInvalidArgument, cqe, c.info.MaxCQE)
+	}
+	if c.native != nil {
+		n, err := c.native.CreateCQ(cqe)
+		if err != nil {
+			return nil, err
+		}
+		cq := &CQ{ctx: c, native: n}
+		c.mu.Lock()
+		c.cqs[cq] = struct{}{}
+		c.mu.Unlock()
+		return cq, nil
 	}
 	n := ring.Size(cqe, rc.WCSize)
 	off, b, err := c.allocShared(n)
@@ -53,12 +62,20 @@ func (c *Context) CreateCQ(cqe int) (*CQ, error) {
 }
 
 // Cap returns the number of entries the CQ holds.
-func (cq *CQ) Cap() int { return cq.r.Cap() }
+func (cq *CQ) Cap() int {
+	if cq.native != nil {
+		return cq.native.Cap()
+	}
+	return cq.r.Cap()
+}
 
 // Poll moves up to len(wcs) completions into wcs and returns how many. It
 // never blocks and never allocates. Once the CQ has overflowed, Poll
 // returns what is left and then ErrCQOverflow.
 func (cq *CQ) Poll(wcs []WorkCompletion) (int, error) {
+	if cq.native != nil {
+		return cq.native.Poll(wcs)
+	}
 	var buf [rc.WCSize]byte
 	var w rc.WC
 	n := 0
@@ -107,6 +124,16 @@ func (cq *CQ) Wait(ctx context.Context, wcs []WorkCompletion) (int, error) {
 			runtime.Gosched()
 		}
 	}
+	if cq.native != nil {
+		for {
+			if err := cq.native.Wait(ctx); err != nil {
+				return 0, err
+			}
+			if n, err := cq.Poll(wcs); n > 0 || err != nil {
+				return n, err
+			}
+		}
+	}
 	stop := context.AfterFunc(ctx, cq.r.Notify)
 	defer stop()
 	for {
@@ -134,10 +161,16 @@ func (cq *CQ) push(w *rc.WC) bool {
 }
 
 // Overflowed reports whether completions were lost.
-func (cq *CQ) Overflowed() bool { return cq.r.Flags()&ring.FlagOverflow != 0 }
+func (cq *CQ) Overflowed() bool {
+	return cq.native == nil && cq.r.Flags()&ring.FlagOverflow != 0
+}
 
 func (cq *CQ) markClosed() {
 	cq.closed.Store(true)
+	if cq.native != nil {
+		cq.native.Close()
+		return
+	}
 	cq.r.SetFlag(ring.FlagClosed)
 	cq.r.Notify()
 }
@@ -157,7 +190,7 @@ func (cq *CQ) Close() error {
 	delete(c.cqs, cq)
 	c.mu.Unlock()
 	cq.markClosed()
-	if live {
+	if live && cq.native == nil {
 		// Give waiters a moment to see the closed flag before the pages go.
 		time.AfterFunc(time.Second, func() { c.arena.Free(cq.off, cq.size) })
 	}

@@ -91,6 +91,8 @@ type QP struct {
 	// cmu guards completing entries (head) and flushing.
 	cmu  sync.Mutex
 	head atomic.Uint64
+
+	native NativeQP // non-nil when the device implements the QP
 }
 
 // CreateQP creates an RC queue pair in RESET.
@@ -125,6 +127,9 @@ func (pd *PD) CreateQP(cfg QPConfig) (*QP, error) {
 	}
 	if cfg.SRQ != nil {
 		cp.MaxRecvWR, cp.MaxRecvSGE = 0, cfg.SRQ.maxSGE
+	}
+	if pd.native != nil {
+		return pd.createNativeQP(cfg, cp)
 	}
 	qp := &QP{ctx: c, pd: pd, sendCQ: cfg.SendCQ, recvCQ: cfg.RecvCQ, srq: cfg.SRQ, cap: cp, sigAll: cfg.SignalAll}
 
@@ -223,10 +228,18 @@ func (qp *QP) PD() *PD { return qp.pd }
 func (qp *QP) Context() *Context { return qp.ctx }
 
 // Address returns the transport address a peer puts in AddressHandle.Dest.
-func (qp *QP) Address() []byte { return qp.drv.Address() }
+func (qp *QP) Address() []byte {
+	if qp.native != nil {
+		return qp.native.Address()
+	}
+	return qp.drv.Address()
+}
 
 // State returns the current state.
 func (qp *QP) State() QPState {
+	if qp.native != nil {
+		return qp.native.State()
+	}
 	qp.syncState()
 	qp.mu.Lock()
 	defer qp.mu.Unlock()
@@ -240,6 +253,9 @@ func (qp *QP) Attr() QPAttr {
 	defer qp.mu.Unlock()
 	a := qp.attr
 	a.State = qp.state
+	if qp.native != nil {
+		a.State = qp.native.State()
+	}
 	return a
 }
 
@@ -260,6 +276,15 @@ func validTransition(from, to QPState) bool {
 // Modify moves the QP to attr.State, applying the attributes of that
 // transition (see QPAttr). Invalid transitions return ErrInvalidState.
 func (qp *QP) Modify(attr QPAttr) error {
+	if qp.native != nil {
+		if err := qp.native.Modify(&attr); err != nil {
+			return err
+		}
+		qp.mu.Lock()
+		qp.attr, qp.state = attr, attr.State
+		qp.mu.Unlock()
+		return nil
+	}
 	qp.syncState()
 	qp.mu.Lock()
 	from := qp.state
@@ -355,6 +380,9 @@ func (qp *QP) Modify(attr QPAttr) error {
 
 // syncState applies an ERROR state a peer recorded in the control block.
 func (qp *QP) syncState() {
+	if qp.native != nil {
+		return
+	}
 	if qp.qcb.State() == rc.StateError {
 		qp.mu.Lock()
 		s := qp.state
@@ -430,6 +458,9 @@ func (qp *QP) emitSend(e *SendEntry, st Status) {
 // stop the batch and are returned as a *PostError; work requests before it
 // were posted. Errors found while executing arrive as completions.
 func (qp *QP) PostSend(wrs []SendWR) error {
+	if qp.native != nil {
+		return qp.native.PostSend(wrs)
+	}
 	qp.syncState()
 	qp.mu.Lock()
 	if qp.state == QPError {
@@ -573,6 +604,9 @@ func (qp *QP) PostRecv(wrs []RecvWR) error {
 	if qp.srq != nil {
 		return postErr(0, ErrInvalidArgument, "QP %#x uses an SRQ; post receives to the SRQ", qp.num)
 	}
+	if qp.native != nil {
+		return qp.native.PostRecv(wrs)
+	}
 	qp.syncState()
 	qp.mu.Lock()
 	s := qp.state
@@ -611,6 +645,10 @@ func (qp *QP) destroyOnce() {
 	}
 	delete(c.qps, qp.num)
 	c.mu.Unlock()
+	if qp.native != nil {
+		qp.native.Close()
+		return
+	}
 	qp.mu.Lock()
 	from := qp.state
 	qp.state = QPReset
@@ -670,4 +708,26 @@ func (qp *QP) Config() QPAttr {
 	qp.mu.Lock()
 	defer qp.mu.Unlock()
 	return qp.attr
+}
+
+func (pd *PD) createNativeQP(cfg QPConfig, cp QPCap) (*QP, error) {
+	c := pd.ctx
+	nc := NativeQPConfig{SendCQ: cfg.SendCQ.native, RecvCQ: cfg.RecvCQ.native, Cap: cp, SignalAll: cfg.SignalAll}
+	if cfg.SRQ != nil {
+		nc.SRQ = cfg.SRQ.native
+	}
+	n, err := pd.native.CreateQP(nc)
+	if err != nil {
+		return nil, err
+	}
+	qp := &QP{ctx: c, pd: pd, sendCQ: cfg.SendCQ, recvCQ: cfg.RecvCQ, srq: cfg.SRQ, cap: n.Cap(), sigAll: cfg.SignalAll,
+		num: n.Num(), native: n}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		n.Close()
+		return nil, ErrClosed
+	}
+	c.qps[qp.num] = qp
+	return qp, nil
 }

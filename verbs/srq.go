@@ -21,6 +21,7 @@ type SRQ struct {
 	r      ring.Ring
 	off, n int
 	maxSGE int
+	native NativeSRQ
 }
 
 // CreateSRQ creates a shared receive queue.
@@ -35,6 +36,17 @@ func (pd *PD) CreateSRQ(cfg SRQConfig) (*SRQ, error) {
 		return nil, fmt.Errorf("%w: SRQ max_wr %d, max_sge %d (max %d)", ErrInvalidArgument, cfg.MaxWR, cfg.MaxSGE, rc.MaxSGE)
 	}
 	c := pd.ctx
+	if pd.native != nil {
+		n, err := pd.native.CreateSRQ(cfg)
+		if err != nil {
+			return nil, err
+		}
+		s := &SRQ{pd: pd, maxSGE: cfg.MaxSGE, native: n}
+		c.mu.Lock()
+		c.srqs[s] = struct{}{}
+		c.mu.Unlock()
+		return s, nil
+	}
 	n := ring.Size(cfg.MaxWR, rc.RecvWQESize(cfg.MaxSGE))
 	off, b, err := c.allocShared(n)
 	if err != nil {
@@ -49,6 +61,9 @@ func (pd *PD) CreateSRQ(cfg SRQConfig) (*SRQ, error) {
 
 // PostRecv posts receives to the SRQ.
 func (s *SRQ) PostRecv(wrs []RecvWR) error {
+	if s.native != nil {
+		return s.native.PostRecv(wrs)
+	}
 	if err := postRecvRing(s.r, s.maxSGE, wrs); err != nil {
 		return err
 	}
@@ -78,6 +93,9 @@ func (s *SRQ) Close() error {
 		}
 	}
 	delete(c.srqs, s)
+	if s.native != nil {
+		return s.native.Close()
+	}
 	c.arena.Free(s.off, s.n)
 	return nil
 }
