@@ -148,7 +148,13 @@ func (r Ring) TryPush(src []byte) bool {
 		case d < 0:
 			return false
 		default:
-			pos = sys.Load64(r.b, offTail)
+			// Another producer moved on; a tail that did not move means
+			// the slot is inconsistent (a corrupted ring): give up.
+			np := sys.Load64(r.b, offTail)
+			if np == pos {
+				return false
+			}
+			pos = np
 		}
 	}
 }
@@ -171,7 +177,11 @@ func (r Ring) TryPop(dst []byte) bool {
 		case d < 0:
 			return false
 		default:
-			pos = sys.Load64(r.b, offHead)
+			np := sys.Load64(r.b, offHead)
+			if np == pos {
+				return false
+			}
+			pos = np
 		}
 	}
 }
