@@ -85,8 +85,9 @@ type QP struct {
 	state QPState
 	attr  QPAttr
 
-	sq   []SendEntry
-	tail atomic.Uint64 // entries below tail are published to the driver
+	sq     []SendEntry
+	tail   atomic.Uint64 // entries below tail are published to the driver
+	lcache keytab.Cache  // last local key resolved
 
 	// cmu guards completing entries (head) and flushing.
 	cmu  sync.Mutex
@@ -576,7 +577,7 @@ func (qp *QP) resolveLocal(sg SGE, needWrite bool) ([]byte, bool) {
 	if sg.Length == 0 {
 		return nil, true
 	}
-	e, ok := qp.ctx.keys.Lookup(sg.LKey)
+	e, ok := qp.ctx.keys.LookupCached(sg.LKey, &qp.lcache)
 	if !ok || e.Flags&keytab.FlagRemoteKey != 0 || e.PD != qp.pd.handle {
 		return nil, false
 	}

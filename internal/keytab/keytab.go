@@ -114,10 +114,37 @@ func hash(k uint32) uint32 { return (k * 0x9E3779B1) ^ (k >> 16) }
 
 func (t Table) slot(i uint32) int { return headerSize + int(i&t.mask)*slotSize }
 
+// Cache remembers one lookup; LookupCached revalidates it with a single
+// load of the slot's sequence word, which any change to the slot bumps.
+// A Cache must not be used by two goroutines at once.
+type Cache struct {
+	key uint32
+	seq uint32
+	so  int
+	e   Entry
+}
+
+// LookupCached is Lookup through c.
+func (t Table) LookupCached(key uint32, c *Cache) (Entry, bool) {
+	if c.so != 0 && c.key == key && sys.Load32(t.b, c.so+oSeq) == c.seq {
+		return c.e, true
+	}
+	e, so, seq, ok := t.lookup(key)
+	if ok {
+		*c = Cache{key: key, seq: seq, so: so, e: e}
+	}
+	return e, ok
+}
+
 // Lookup finds the live entry for key.
 func (t Table) Lookup(key uint32) (Entry, bool) {
+	e, _, _, ok := t.lookup(key)
+	return e, ok
+}
+
+func (t Table) lookup(key uint32) (Entry, int, uint32, bool) {
 	if key == 0 || t.b == nil {
-		return Entry{}, false
+		return Entry{}, 0, 0, false
 	}
 	h := hash(key)
 	for i := uint32(0); i <= t.mask; i++ {
@@ -129,7 +156,7 @@ func (t Table) Lookup(key uint32) (Entry, bool) {
 			}
 			st := sys.Load32(t.b, so+oState)
 			if st == stEmpty {
-				return Entry{}, false
+				return Entry{}, 0, 0, false
 			}
 			if st != stLive || sys.Load32(t.b, so+oKey) != key {
 				if sys.Load32(t.b, so+oSeq) != s1 {
@@ -149,10 +176,10 @@ func (t Table) Lookup(key uint32) (Entry, bool) {
 			if sys.Load32(t.b, so+oSeq) != s1 {
 				continue
 			}
-			return e, true
+			return e, so, s1, true
 		}
 	}
-	return Entry{}, false
+	return Entry{}, 0, 0, false
 }
 
 // Insert adds e. The caller serialises writers.

@@ -73,3 +73,23 @@ func TestAttachRejectsGarbage(t *testing.T) {
 		t.Fatal("attached zeros")
 	}
 }
+
+func TestLookupCached(t *testing.T) {
+	tab := Init(make([]byte, Size(16)), 16)
+	tab.Insert(Entry{Key: 5, VA: 1})
+	var c Cache
+	if e, ok := tab.LookupCached(5, &c); !ok || e.VA != 1 {
+		t.Fatal("first lookup")
+	}
+	if e, ok := tab.LookupCached(5, &c); !ok || e.VA != 1 {
+		t.Fatal("cached lookup")
+	}
+	tab.Remove(5)
+	if _, ok := tab.LookupCached(5, &c); ok {
+		t.Fatal("cache survived removal")
+	}
+	tab.Insert(Entry{Key: 5, VA: 2})
+	if e, ok := tab.LookupCached(5, &c); !ok || e.VA != 2 {
+		t.Fatal("cache served a stale entry")
+	}
+}

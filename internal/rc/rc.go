@@ -237,13 +237,25 @@ func inBounds(e keytab.Entry, addr uint64, n int) bool {
 // operation that needs access (AccessRemoteWrite, AccessRemoteRead or
 // AccessRemoteAtomic). A zero-length operation needs no valid key.
 func (t *Target) Remote(rkey uint32, addr uint64, n int, access uint32) ([]byte, Status) {
+	return t.RemoteCached(nil, rkey, addr, n, access)
+}
+
+// RemoteCached is Remote with a lookup cache (nil: none); the cache must
+// not be shared between goroutines.
+func (t *Target) RemoteCached(c *keytab.Cache, rkey uint32, addr uint64, n int, access uint32) ([]byte, Status) {
 	if n == 0 {
 		return nil, Success
 	}
 	if sys.Load32(t.qcb, qAccess)&access == 0 {
 		return nil, RemoteAccess
 	}
-	e, ok := t.keys.Lookup(rkey)
+	var e keytab.Entry
+	var ok bool
+	if c != nil {
+		e, ok = t.keys.LookupCached(rkey, c)
+	} else {
+		e, ok = t.keys.Lookup(rkey)
+	}
 	if !ok || e.Flags&keytab.FlagRemoteKey == 0 || e.PD != t.pd || e.Flags&access == 0 || !inBounds(e, addr, n) {
 		return nil, RemoteAccess
 	}

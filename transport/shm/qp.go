@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rdmakit/rdmakit/internal/keytab"
 	"github.com/rdmakit/rdmakit/internal/rc"
 	"github.com/rdmakit/rdmakit/verbs"
 )
@@ -28,6 +29,7 @@ type qpDriver struct {
 	attr     verbs.QPAttr
 	segs     [rc.MaxSGE][]byte // receive scatter scratch
 	wqe      rc.RecvWQE
+	keys     keytab.Cache // the peer's last rkey
 }
 
 func (d *qpDriver) Address() []byte { return d.addr }
@@ -144,13 +146,13 @@ func (d *qpDriver) exec(e *verbs.SendEntry) rc.Status {
 	wr := &e.WR
 	switch wr.Opcode {
 	case verbs.OpWrite:
-		dst, st := t.Remote(wr.RKey, wr.RemoteAddr, e.Len, rc.AccessRemoteWrite)
+		dst, st := t.RemoteCached(&d.keys, wr.RKey, wr.RemoteAddr, e.Len, rc.AccessRemoteWrite)
 		if st != rc.Success {
 			return st
 		}
 		gather(dst, e.Local)
 	case verbs.OpWriteWithImm:
-		dst, st := t.Remote(wr.RKey, wr.RemoteAddr, e.Len, rc.AccessRemoteWrite)
+		dst, st := t.RemoteCached(&d.keys, wr.RKey, wr.RemoteAddr, e.Len, rc.AccessRemoteWrite)
 		if st != rc.Success {
 			return st
 		}
@@ -186,7 +188,7 @@ func (d *qpDriver) exec(e *verbs.SendEntry) rc.Status {
 			return rc.RemoteOperation
 		}
 	case verbs.OpRead:
-		src, st := t.Remote(wr.RKey, wr.RemoteAddr, e.Len, rc.AccessRemoteRead)
+		src, st := t.RemoteCached(&d.keys, wr.RKey, wr.RemoteAddr, e.Len, rc.AccessRemoteRead)
 		if st != rc.Success {
 			return st
 		}
