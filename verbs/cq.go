@@ -54,6 +54,7 @@ func (c *Context) CreateCQ(cqe int) (*CQ, error) {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
+		c.arena.Free(off, n)
 		return nil, ErrClosed
 	}
 	c.cqs[cq] = struct{}{}

@@ -160,6 +160,10 @@ func (pd *PD) CreateQP(cfg QPConfig) (*QP, error) {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
+		c.arena.Free(qcbOff, rc.QCBSize)
+		if cfg.SRQ == nil {
+			c.arena.Free(qp.rqOff, qp.rqLen)
+		}
 		return nil, ErrClosed
 	}
 	for {

@@ -249,3 +249,37 @@ func must(t *testing.T, err error) {
 		t.Fatal(err)
 	}
 }
+
+func TestCloseWhileWaiting(t *testing.T) {
+	for i := 0; i < 20; i++ {
+		ctx, err := verbs.Open("shm0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		cq, _ := ctx.CreateCQ(4)
+		done := make(chan error, 2)
+		go func() {
+			_, err := cq.Wait(context.Background(), make([]verbs.WorkCompletion, 1))
+			done <- err
+		}()
+		go func() {
+			var err error
+			for err == nil {
+				_, err = cq.Poll(make([]verbs.WorkCompletion, 1))
+			}
+			done <- err
+		}()
+		time.Sleep(time.Millisecond)
+		ctx.Close()
+		for j := 0; j < 2; j++ {
+			select {
+			case err := <-done:
+				if !errors.Is(err, verbs.ErrClosed) {
+					t.Fatalf("waiter after Context.Close: %v", err)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("Context.Close did not unblock a waiter")
+			}
+		}
+	}
+}

@@ -20,6 +20,7 @@ import (
 	"sort"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/rdmakit/rdmakit/internal/sys"
 )
@@ -159,7 +160,20 @@ func (a *Arena) Close() error {
 		return nil
 	}
 	a.closed = true
-	err := sys.Unmap(a.Mem)
+	// Goroutines may still be polling a completion queue or copying into
+	// a region of this arena when it closes (a misuse, but not one that
+	// should kill the process). Swap the file's pages for anonymous zero
+	// pages now, so the memory goes back at once, and unmap the addresses
+	// only after a grace period.
+	err := sys.ReplaceWithAnon(a.Mem)
 	sys.Close(a.Fd)
-	return err
+	if err != nil {
+		return sys.Unmap(a.Mem)
+	}
+	mem := a.Mem
+	time.AfterFunc(closeGrace, func() { sys.Unmap(mem) })
+	return nil
 }
+
+// closeGrace is how long a closed arena's addresses stay mapped.
+const closeGrace = 5 * time.Second

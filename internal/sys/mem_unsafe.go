@@ -3,6 +3,7 @@ package sys
 import (
 	"fmt"
 	"os"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -75,4 +76,19 @@ func ProcessExited(pidfd int) bool {
 	fds := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}
 	n, err := unix.Poll(fds, 0)
 	return err == nil && n > 0
+}
+
+// ReplaceWithAnon maps fresh anonymous zero pages over the mapping b, in
+// place. The file pages behind b are released at once, while the addresses
+// stay valid for any goroutine that still touches them.
+func ReplaceWithAnon(b []byte) error {
+	if len(b) == 0 {
+		return nil
+	}
+	_, _, e := unix.Syscall6(unix.SYS_MMAP, uintptr(unsafe.Pointer(unsafe.SliceData(b))), uintptr(len(b)),
+		unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_FIXED|unix.MAP_NORESERVE, ^uintptr(0), 0)
+	if e != 0 {
+		return e
+	}
+	return nil
 }
