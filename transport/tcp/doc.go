@@ -1,0 +1,72 @@
+// Package tcp is rdmakit's TCP transport: reliable-connected queue pairs
+// whose operations travel over one TCP connection per QP, so that two
+// processes on different hosts (or network namespaces) can use the verbs
+// API with nothing but IP between them. Import it for its side effect:
+//
+//	import _ "github.com/rdmakit/rdmakit/transport/tcp"
+//
+// It registers transport "tcp" with one device, "tcp0". Each opened
+// Context listens on RDMAKIT_TCP_ADDR (default ":0": every interface, an
+// ephemeral port); ListenAddr tells where. Memory registered with RegMR is
+// served as well as AllocMR memory: the responder runs in this process.
+//
+// # Connecting
+//
+// QP.Address is 32 bytes: version, listen port, QP number, a random nonce
+// and the listen IP (zero when listening on every interface; the peer then
+// dials AddressHandle.GID, which package cm fills from its handshake
+// connection, or 127.0.0.1 when that is empty too). On the transition to
+// RTR the side with the smaller nonce dials the other's listener and sends
+// a hello naming both QPs and nonces; the accepting context routes the
+// connection to the QP it names if that QP is in RTR/RTS and expects
+// exactly that peer (a QP not yet in RTR is waited for, a few seconds), and
+// answers with a hello of its own. Modify never waits for the peer: work
+// requests posted before the connection is up wait in the send queue and
+// go out when it is. If they wait longer than timeout×(retry_cnt+1) (at
+// least a second; five when Timeout is 0) they fail with
+// StatusRetryExceeded. A QP cannot be connected to itself.
+//
+// # Protocol
+//
+// Frames are a 48-byte header (see header.go) and, for WRITE, WRITE_IMM,
+// SEND, SEND_IMM and READ_RESP, a payload. Requests carry 24-bit PSNs
+// starting at the requester's SQPSN, which must equal the responder's
+// RQPSN. Responses come in PSN order: ACK acknowledges every request up to
+// its PSN (the responder coalesces them), NAK fails one (RNR, access,
+// invalid request, remote operation) and implicitly acknowledges those
+// before, READ_RESP and ATOMIC_RESP carry data. A malformed frame closes
+// the connection and fails the QP (BadResponse for the oldest work
+// request, if any).
+//
+// Semantics are those of the conformance suite: the responder checks keys,
+// protection domains, access flags and bounds through internal/rc and
+// refuses with a NAK that completes the requester's work request with
+// RemoteAccess and moves its QP to ERROR; target memory is untouched.
+// Sends without a posted receive get an RNR NAK; the requester waits the
+// responder's min_rnr_timer and retransmits from that request (go-back-N;
+// the responder drops everything else meanwhile), first that request alone
+// and the rest once it completes, up to rnr_retry times (7: forever). A
+// receive too small (or with a bad SGE) completes with LocalLength (or
+// LocalProtection), moves the receiving QP to ERROR, and the requester
+// gets RemoteInvalidReq (or RemoteOperation). Atomics are CPU atomics on
+// the target word. The end of the connection (the peer QP destroyed, its
+// process gone, a reset) fails the oldest outstanding work request with
+// RetryExceeded, as does a silent peer after timeout×(retry_cnt+1) without
+// progress (never when Timeout is 0). A QP that leaves RTR/RTS closes its
+// connection; a request that reaches a QP no longer in RTR/RTS is dropped,
+// and its requester sees the connection end. PathMTU, MaxRdAtomic and
+// MaxDestRdAtomic are accepted and ignored.
+//
+// # Goroutines and performance
+//
+// Per context: one accept goroutine, and a short-lived one per incoming
+// connection until its hello is routed. Per connected QP: the link
+// goroutine, which connects and then reads (it is the responder, and
+// completes send work requests), and an idle writer goroutine that takes
+// over when the socket is full. PostSend writes new requests from the
+// caller's goroutine with one non-blocking writev of headers and the
+// application's buffers (no copy); the reader reads large payloads
+// straight into their destination. Nothing allocates per operation in the
+// steady state, and no goroutine is woken per operation besides the
+// reader. TCP_NODELAY is set.
+package tcp
