@@ -36,7 +36,10 @@ type QPDriver interface {
 	Address() []byte
 	// Modify applies a validated transition. Returning an error leaves the
 	// QP in its old state. On a transition to ERROR or RESET the driver
-	// must stop touching send entries before it returns.
+	// must stop touching send entries before it returns. attr is nil when
+	// verbs moves the QP to ERROR by itself (a peer recorded an error, or a
+	// completion was lost to CQ overflow). The control block already shows
+	// RTR/RTS when Modify is called for those transitions.
 	Modify(from, to QPState, attr *QPAttr) error
 	// PostSend says that send entries up to QP.SendTail are ready.
 	PostSend()

@@ -176,7 +176,7 @@ func (pd *PD) CreateQP(cfg QPConfig) (*QP, error) {
 	c.mu.Unlock()
 
 	qp.qcb = rc.InitQCB(qcbMem, rc.Layout{
-		QPN: qp.num, PD: pd.handle, MaxRecvSGE: uint32(cp.MaxRecvSGE),
+		QPN: qp.num, PD: pd.handle, MaxRecvSGE: uint32(cp.MaxRecvSGE), SRQ: cfg.SRQ != nil,
 		RQOff: uint64(rqOff), RQLen: uint64(rqLen),
 		CQOff: uint64(cqOff), CQLen: uint64(cqLen),
 		KeysOff: uint64(c.keysOff), KeysLen: uint64(c.keysLen),
@@ -340,7 +340,18 @@ func (qp *QP) Modify(attr QPAttr) error {
 	next.State = to
 	qp.mu.Unlock()
 
+	// Responders (a tcp reader goroutine, a peer process) judge requests by
+	// the control block, so it must say RTR/RTS by the time the driver
+	// starts accepting; undo it if the driver refuses.
+	if to == QPRTR || to == QPRTS {
+		qp.qcb.SetMinRNR(next.MinRNRTimer)
+		qp.qcb.SetDestQPN(next.DestQPN)
+		qp.qcb.SetState(uint32(to))
+	}
 	if err := qp.drv.Modify(from, to, &next); err != nil {
+		if to == QPRTR || to == QPRTS {
+			qp.qcb.SetState(uint32(from))
+		}
 		return err
 	}
 

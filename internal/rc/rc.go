@@ -70,24 +70,27 @@ const (
 
 // Control block layout (QCBSize bytes, in the owner's arena).
 const (
-	QCBSize   = 128
-	qcbMagic  = 0x51434231 // "QCB1"
-	qMagic    = 0
-	qState    = 4
-	qQPN      = 8
-	qAccess   = 12
-	qMinRNR   = 16
-	qPD       = 20
-	qRQOff    = 24
-	qRQLen    = 32
-	qCQOff    = 40
-	qCQLen    = 48
-	qKeysOff  = 56
-	qKeysLen  = 64
-	qDestQPN  = 72
-	qRecvSGE  = 76
-	qPeerGone = 80
+	QCBSize  = 128
+	qcbMagic = 0x51434231 // "QCB1"
+	qMagic   = 0
+	qState   = 4
+	qQPN     = 8
+	qAccess  = 12
+	qMinRNR  = 16
+	qPD      = 20
+	qRQOff   = 24
+	qRQLen   = 32
+	qCQOff   = 40
+	qCQLen   = 48
+	qKeysOff = 56
+	qKeysLen = 64
+	qDestQPN = 72
+	qRecvSGE = 76
+	qFlags   = 80
 )
+
+// Control block flags.
+const qfSRQ uint32 = 1 // receives come from a shared receive queue
 
 // QCB is the owner's handle on a control block.
 type QCB struct{ b []byte }
@@ -95,6 +98,7 @@ type QCB struct{ b []byte }
 // Layout describes where a queue pair's shared structures are in the arena.
 type Layout struct {
 	QPN, PD, MaxRecvSGE uint32
+	SRQ                 bool   // RQOff/RQLen name a shared receive queue
 	RQOff, RQLen        uint64 // the QP's receive queue or its SRQ
 	CQOff, CQLen        uint64 // receive completion queue
 	KeysOff, KeysLen    uint64 // the context's key table
@@ -106,6 +110,11 @@ func InitQCB(b []byte, l Layout) QCB {
 	sys.Store32(b, qQPN, l.QPN)
 	sys.Store32(b, qPD, l.PD)
 	sys.Store32(b, qRecvSGE, l.MaxRecvSGE)
+	if l.SRQ {
+		sys.Store32(b, qFlags, qfSRQ)
+	} else {
+		sys.Store32(b, qFlags, 0)
+	}
 	sys.Store64(b, qRQOff, l.RQOff)
 	sys.Store64(b, qRQLen, l.RQLen)
 	sys.Store64(b, qCQOff, l.CQOff)
@@ -187,6 +196,9 @@ func Attach(arena []byte, qcbOff uint64) (*Target, error) {
 	}
 	return t, nil
 }
+
+// UsesSRQ reports whether the target QP takes receives from an SRQ.
+func (t *Target) UsesSRQ() bool { return sys.Load32(t.qcb, qFlags)&qfSRQ != 0 }
 
 // QPN returns the target QP number.
 func (t *Target) QPN() uint32 { return t.qpn }
@@ -310,7 +322,10 @@ func (t *Target) Complete(wc *WC) bool {
 	var buf [WCSize]byte
 	wc.Encode(buf[:])
 	if !t.cq.TryPush(buf[:]) {
+		// The completion is lost: the CQ reports overflow, and the QP that
+		// lost it cannot go on as if nothing happened.
 		t.cq.SetFlag(ring.FlagOverflow)
+		sys.Store32(t.qcb, qState, StateError)
 		t.cq.Notify()
 		return false
 	}
@@ -461,11 +476,12 @@ func (t *Target) ScatterRecv(w *RecvWQE, n int, segs [][]byte) (int, Status) {
 }
 
 // Fail moves the target QP to ERROR from the responder side after a
-// receive-side error, and flushes its remaining receives (not those of an
-// SRQ) with WRFlush completions, so that nothing posted is lost.
+// receive-side error, and flushes its remaining receives with WRFlush
+// completions, so that nothing posted is lost. Receives of a shared receive
+// queue belong to the other QPs too and are never flushed.
 func (t *Target) Fail(flushRQ bool) {
 	sys.Store32(t.qcb, qState, StateError)
-	if !flushRQ {
+	if !flushRQ || t.UsesSRQ() {
 		return
 	}
 	var w RecvWQE

@@ -141,6 +141,7 @@ func (r Ring) TryPush(src []byte) bool {
 		case d == 0:
 			if sys.CAS64(r.b, offTail, pos, pos+1) {
 				copy(r.b[so+8:so+r.slot], src)
+				raceRelease()
 				sys.Store64(r.b, so, pos+1)
 				return true
 			}
@@ -170,6 +171,7 @@ func (r Ring) TryPop(dst []byte) bool {
 		case d == 0:
 			if sys.CAS64(r.b, offHead, pos, pos+1) {
 				copy(dst, r.b[so+8:so+r.slot])
+				raceAcquire()
 				sys.Store64(r.b, so, pos+r.mask+1)
 				return true
 			}

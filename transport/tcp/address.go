@@ -1,5 +1,9 @@
 package tcp
 
+// QP addresses and connection hellos. Goroutines: none of its own; the
+// link goroutine (dial side) and the context's handshake goroutine (accept
+// side) encode and parse hellos.
+
 import (
 	"encoding/binary"
 	"errors"

@@ -3,7 +3,9 @@ package tcp
 import (
 	"context"
 	"fmt"
+	"github.com/rdmakit/rdmakit/internal/conformance"
 	"runtime"
+	"syscall"
 	"testing"
 	"time"
 
@@ -146,6 +148,7 @@ func benchWriteBW(b *testing.B, n int, w waitMode) {
 	wcs := make([]verbs.WorkCompletion, 16)
 	b.SetBytes(int64(n))
 	b.ReportAllocs()
+	cpu0 := cpuTime()
 	b.ResetTimer()
 	posted, completed := 0, 0
 	for completed < b.N {
@@ -166,6 +169,9 @@ func benchWriteBW(b *testing.B, n int, w waitMode) {
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds()/1e6, "MB/s")
+	// CPU time (both sides, user and system) per MB: steadier than MB/s on
+	// a shared machine.
+	b.ReportMetric(float64(cpuTime()-cpu0)/1e3/(float64(n)*float64(b.N)/1e6), "cpu-us/MB")
 }
 
 // pause waits a little for memory to change: yielding, or sleeping after a
@@ -177,3 +183,14 @@ func pause(w waitMode, spins int) {
 	}
 	time.Sleep(time.Microsecond)
 }
+
+// cpuTime returns the process's user+system CPU time.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkVerbs is the benchmark set every transport runs (latency in
+// usec with perftest's definitions, bandwidth in MB/s).
+func BenchmarkVerbs(b *testing.B) { conformance.Bench(b, "tcp0") }

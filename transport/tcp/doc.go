@@ -63,10 +63,25 @@
 // connection until its hello is routed. Per connected QP: the link
 // goroutine, which connects and then reads (it is the responder, and
 // completes send work requests), and an idle writer goroutine that takes
-// over when the socket is full. PostSend writes new requests from the
-// caller's goroutine with one non-blocking writev of headers and the
-// application's buffers (no copy); the reader reads large payloads
-// straight into their destination. Nothing allocates per operation in the
-// steady state, and no goroutine is woken per operation besides the
-// reader. TCP_NODELAY is set.
+// over when the socket is full. Timers (time.AfterFunc) run the RNR retry
+// and a watchdog while work requests are outstanding.
+//
+// PostSend writes new requests from the caller's goroutine with one
+// non-blocking writev of headers and the application's buffers (no copy),
+// unless several requests are already in flight: then the reader sends
+// them after the next response, many per writev. The reader reads large
+// payloads straight into their destination, and writes the responses it
+// owes when it would otherwise wait for input (or after 32 frames or 4 MiB
+// of a busy stream), so ACKs coalesce under load and go out at once
+// otherwise. Nothing allocates per operation in the steady state, and no
+// goroutine is woken per operation besides the reader. TCP_NODELAY is set.
+//
+// Latency is mostly Go's network poller: a goroutine that waits for
+// completions by spinning (Poll and runtime.Gosched) keeps a P busy and
+// delays the reader's wakeups; one that sleeps between polls, or blocks in
+// CQ.Wait, does not.
+//
+// The nonces in the addresses double as a weak credential: a connection is
+// only routed to a QP by a hello that names both QP numbers and both
+// nonces. The transport does not encrypt or authenticate beyond that.
 package tcp

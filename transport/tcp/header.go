@@ -6,6 +6,10 @@ package tcp
 //
 // The header is used as a typed view of a byte slice (header) with offset
 // constants and accessors, in the style of gVisor's pkg/tcpip/header.
+//
+// Goroutines: none of its own. Requests are encoded by whoever holds a
+// link's output token (output.go), responses by the reader, and frames are
+// parsed by the reader only.
 
 import (
 	"encoding/binary"

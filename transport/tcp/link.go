@@ -29,6 +29,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/rdmakit/rdmakit/internal/keytab"
 	"github.com/rdmakit/rdmakit/internal/rc"
 	"github.com/rdmakit/rdmakit/verbs"
 )
@@ -43,6 +44,10 @@ const (
 	lingerTimeout = time.Second
 	// wdTicks is how many watchdog periods make up the stall limit.
 	wdTicks = 4
+	// flushFrames and flushBytes bound how much the reader handles before
+	// it writes the responses it owes while input keeps coming.
+	flushFrames = 32
+	flushBytes  = 4 << 20
 )
 
 var (
@@ -69,8 +74,8 @@ type link struct {
 	wd       *time.Timer       // watchdog
 	rnr      *time.Timer       // RNR retry
 	writeFn  func(fd uintptr) bool
+	readFn   func(fd uintptr) bool
 	progress atomic.Uint64 // bytes moved either way, responses seen
-	dirty    atomic.Bool   // output queued since the last batch was built
 
 	// Guarded by d.mu: connection state.
 	conn      *net.TCPConn
@@ -107,12 +112,20 @@ type link struct {
 	rbuf    []byte
 	rpos    int
 	rend    int
-	epsn    psn  // next request PSN expected
-	rnrWait bool // RNR NAK sent: drop requests until epsn comes again
-	dropAll bool // fatal NAK sent: drop everything
-	wqe     rc.RecvWQE
-	segs    [rc.MaxSGE][]byte
-	one     [1][]byte
+	epsn    psn          // next request PSN expected
+	rnrWait bool         // RNR NAK sent: drop requests until epsn comes again
+	dropAll bool         // fatal NAK sent: drop everything
+	keys    keytab.Cache // last rkey resolved
+	// frames and bytes handled since output was last flushed
+	owedFrames int
+	owedBytes  int
+	// non-blocking read attempt (read, rawRead)
+	tryBuf []byte
+	tryN   int
+	tryErr error
+	wqe    rc.RecvWQE
+	segs   [rc.MaxSGE][]byte
+	one    [1][]byte
 }
 
 func newLink(d *qpDriver, peer qpAddr, ip net.IP, dialer bool, rqpsn psn) *link {
@@ -126,6 +139,7 @@ func newLink(d *qpDriver, peer qpAddr, ip net.IP, dialer bool, rqpsn psn) *link 
 	l.dialCtx, l.cancel = context.WithCancel(context.Background())
 	l.cond.L = &d.mu
 	l.writeFn = l.rawWrite
+	l.readFn = l.rawRead
 	l.wd = time.AfterFunc(time.Hour, l.watchdog)
 	l.wd.Stop()
 	l.rnr = time.AfterFunc(time.Hour, l.rnrExpired)
@@ -233,6 +247,9 @@ func (l *link) exit(err error) {
 	}
 	l.dead = true
 	l.stopLocked()
+	if !l.advanceLocked() {
+		return // the oldest failed local validation: that is its status
+	}
 	if l.qp.SendHead() < l.qp.SendTail() {
 		l.failHeadLocked(st)
 	} else if l.failQP {
@@ -315,7 +332,9 @@ func (l *link) dial() (*net.TCPConn, error) {
 
 func (l *link) helloDialer(c *net.TCPConn) error {
 	d := l.d
-	c.SetDeadline(time.Now().Add(handshakeTimeout))
+	// Wait longer than the accepting side keeps an unclaimed connection,
+	// so that an accept never arrives after we gave up on it.
+	c.SetDeadline(time.Now().Add(handshakeTimeout + 2*time.Second))
 	var b [helloLen]byte
 	h := hello{kind: helloConnect, dstQPN: l.peer.qpn, srcQPN: d.num, dstNonce: l.peer.nonce, srcNonce: d.nonce}
 	h.encode(b[:])
@@ -378,6 +397,11 @@ func (l *link) attach(c *net.TCPConn) error {
 	l.raw = raw
 	l.up = true
 	l.progress.Add(1)
+	if l.wdArmed {
+		// The stall limit of a live link replaces the connect limit.
+		l.wdArmed = false
+		l.armWatchdogLocked()
+	}
 	l.wg.Add(1)
 	go l.writer()
 	d.mu.Unlock()

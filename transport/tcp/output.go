@@ -75,7 +75,6 @@ func (l *link) queueLocked(f *frame, data []byte) {
 	header(r.hdr[:]).encode(f)
 	r.data = data
 	o.rTail++
-	l.dirty.Store(true)
 }
 
 // respond queues a response from the reader goroutine.
@@ -94,7 +93,6 @@ func (l *link) canSendLocked() bool {
 // batch. It returns false when there is nothing to write.
 func (l *link) buildBatchLocked() bool {
 	o := &l.out
-	l.dirty.Store(false)
 	n := 0
 	mask := uint64(len(o.resp) - 1)
 	for o.rTaken < o.rTail && n+2 <= len(o.batch) {

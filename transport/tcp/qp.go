@@ -188,7 +188,6 @@ func (d *qpDriver) PostSend() {
 	if l.up && l.next-d.qp.SendHead() >= deferAfter {
 		// Enough is in flight: the reader sends these with its next
 		// batch, when the responses come (one writev for many).
-		l.dirty.Store(true)
 		d.mu.Unlock()
 		return
 	}

@@ -20,11 +20,18 @@ import (
 
 func readFull(c net.Conn, b []byte) (int, error) { return io.ReadFull(c, b) }
 
+// readLoop parses and handles frames. Output the reader owes (ACKs,
+// responses, requests its completions let go) is flushed when it would
+// block for input, and at the latest every flushFrames frames or
+// flushBytes bytes: a busy stream gets coalesced ACKs, an idle one gets
+// them at once.
 func (l *link) readLoop() error {
 	var f frame
 	for {
+		if l.owedFrames >= flushFrames || l.owedBytes >= flushBytes {
+			l.flushOwed()
+		}
 		if l.rend-l.rpos < headerLen {
-			l.flush() // what we owe the peer goes out before we sleep
 			if err := l.fill(headerLen); err != nil {
 				return err
 			}
@@ -35,6 +42,10 @@ func (l *link) readLoop() error {
 		}
 		h.decode(&f)
 		l.rpos += headerLen
+		l.owedFrames++
+		if f.op == opReadReq {
+			l.owedBytes += int(f.length) // we owe the data
+		}
 		if f.op.isRequest() {
 			err = l.handleRequest(&f)
 		} else {
@@ -44,6 +55,29 @@ func (l *link) readLoop() error {
 			return err
 		}
 	}
+}
+
+func (l *link) flushOwed() {
+	l.owedFrames, l.owedBytes = 0, 0
+	l.flush()
+}
+
+// read reads into b what is there, or else flushes what is owed and waits.
+func (l *link) read(b []byte) (int, error) {
+	l.tryBuf, l.tryN, l.tryErr = b, 0, nil
+	if err := l.raw.Read(l.readFn); err == nil && l.tryErr == nil && l.tryN > 0 {
+		l.tryBuf = nil
+		return l.tryN, nil
+	}
+	l.tryBuf = nil
+	l.flushOwed()
+	return l.conn.Read(b)
+}
+
+// rawRead is the syscall.RawConn callback of read: one attempt, no wait.
+func (l *link) rawRead(fd uintptr) bool {
+	l.tryN, l.tryErr = sys.Read(int(fd), l.tryBuf)
+	return true
 }
 
 // protocolError fails the QP: the peer sent something that makes no sense.
@@ -66,9 +100,10 @@ func (l *link) fill(n int) error {
 		l.rpos = 0
 	}
 	for l.rend < n {
-		k, err := l.conn.Read(l.rbuf[l.rend:])
+		k, err := l.read(l.rbuf[l.rend:])
 		if k > 0 {
 			l.rend += k
+			l.owedBytes += k
 			l.progress.Add(1)
 		}
 		if err != nil && l.rend < n {
@@ -97,13 +132,14 @@ func (l *link) readInto(dst [][]byte, n int) error {
 				seg = seg[c:]
 				continue
 			}
-			if l.dirty.Load() {
-				l.flush()
-			}
 			if len(seg) >= directRead {
-				k, err := l.conn.Read(seg)
+				if l.owedBytes >= flushBytes {
+					l.flushOwed() // a long payload: don't sit on what we owe
+				}
+				k, err := l.read(seg)
 				if k > 0 {
 					seg = seg[k:]
+					l.owedBytes += k
 					l.progress.Add(1)
 				}
 				if err != nil && len(seg) > 0 {
@@ -130,9 +166,6 @@ func (l *link) discard(n int) error {
 			l.rpos += c
 			n -= c
 			continue
-		}
-		if l.dirty.Load() {
-			l.flush()
 		}
 		if err := l.fill(1); err != nil {
 			return err
@@ -175,7 +208,7 @@ func (l *link) handleRequest(f *frame) error {
 	}
 	switch f.op {
 	case opWrite, opWriteImm:
-		m, st := t.Remote(f.rkey, f.raddr, n, rc.AccessRemoteWrite)
+		m, st := t.RemoteCached(&l.keys, f.rkey, f.raddr, n, rc.AccessRemoteWrite)
 		if st != rc.Success {
 			l.nakFatal(f.psn, st)
 			return l.discard(pay)
@@ -219,7 +252,7 @@ func (l *link) handleRequest(f *frame) error {
 		t.Complete(&wc)
 		l.ack(f.psn)
 	case opReadReq:
-		m, st := t.Remote(f.rkey, f.raddr, n, rc.AccessRemoteRead)
+		m, st := t.RemoteCached(&l.keys, f.rkey, f.raddr, n, rc.AccessRemoteRead)
 		if st != rc.Success {
 			l.nakFatal(f.psn, st)
 			return nil

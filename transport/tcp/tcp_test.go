@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/rdmakit/rdmakit/internal/conformance"
 	"net"
 	"testing"
 	"time"
@@ -14,7 +15,14 @@ import (
 	"github.com/rdmakit/rdmakit/verbs"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	conformance.ServePeerIfChild()
+	goleak.VerifyTestMain(m)
+}
+
+// TestConformance runs the suite every transport must pass, in one process
+// and across two.
+func TestConformance(t *testing.T) { conformance.Run(t, "tcp0") }
 
 var sizes = []int{0, 1, 7, 63, 4095, 4097, 65537, 1<<20 + 3}
 
@@ -890,5 +898,157 @@ func TestCloseEverywhere(t *testing.T) {
 		time.Sleep(time.Duration(i) * time.Millisecond)
 		ca.Close()
 		cb.Close()
+	}
+}
+
+// Both sides stream large writes and reads at each other at once: the
+// readers must never block on writes (that would deadlock two full
+// sockets).
+func TestBidirectional(t *testing.T) {
+	const n = 8 << 20
+	a, b := newPair(t, opts{mrSize: 4 * n})
+	pattern(a.mr.Bytes()[:n], 1)
+	pattern(b.mr.Bytes()[:n], 2)
+	for _, e := range []struct{ from, to *end }{{a, b}, {b, a}} {
+		var wrs []verbs.SendWR
+		for i := 0; i < 4; i++ {
+			wrs = append(wrs,
+				verbs.SendWR{ID: uint64(i), Opcode: verbs.OpWrite, Flags: verbs.SendSignaled, SGL: sgl(e.from.mr, 0, n), RemoteAddr: e.to.mr.Addr() + n, RKey: e.to.mr.RKey()},
+				verbs.SendWR{ID: uint64(i), Opcode: verbs.OpRead, Flags: verbs.SendSignaled, SGL: sgl(e.from.mr, 2*n, n), RemoteAddr: e.to.mr.Addr(), RKey: e.to.mr.RKey()})
+		}
+		e.from.post(wrs...)
+	}
+	for _, e := range []*end{a, b} {
+		for _, wc := range e.sends(8) {
+			expect(t, wc, verbs.StatusSuccess)
+		}
+	}
+	for _, e := range []struct{ from, to *end }{{a, b}, {b, a}} {
+		if !bytes.Equal(e.from.mr.Bytes()[:n], e.to.mr.Bytes()[n:2*n]) || !bytes.Equal(e.from.mr.Bytes()[2*n:3*n], e.to.mr.Bytes()[:n]) {
+			t.Fatal("data differs")
+		}
+	}
+}
+
+// Several goroutines post to one QP at once; every work request completes
+// once, in order.
+func TestConcurrentPosters(t *testing.T) {
+	a, b := newPair(t, opts{sendWR: 1024, cqSize: 4096})
+	const goroutines, each = 4, 200
+	errc := make(chan error, goroutines)
+	for g := 0; g < goroutines; g++ {
+		go func() {
+			for i := 0; i < each; i++ {
+				wr := verbs.SendWR{ID: uint64(g*each + i), Opcode: verbs.OpFetchAndAdd, Flags: verbs.SendSignaled,
+					SGL: sgl(a.mr, 8*(g*each+i), 8), RemoteAddr: b.mr.Addr() + 1<<20, RKey: b.mr.RKey(), CompareAdd: 1}
+				if i%2 == 1 {
+					wr = verbs.SendWR{ID: uint64(g*each + i), Opcode: verbs.OpWrite, Flags: verbs.SendSignaled,
+						SGL: sgl(a.mr, 0, 64), RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}
+				}
+				for {
+					err := a.qp.PostSend([]verbs.SendWR{wr})
+					if errors.Is(err, verbs.ErrQueueFull) {
+						time.Sleep(10 * time.Microsecond)
+						continue
+					}
+					if err != nil {
+						errc <- err
+						return
+					}
+					break
+				}
+			}
+			errc <- nil
+		}()
+	}
+	for g := 0; g < goroutines; g++ {
+		if err := <-errc; err != nil {
+			t.Fatal(err)
+		}
+	}
+	seen := map[uint64]bool{}
+	for _, wc := range a.sends(goroutines * each) {
+		expect(t, wc, verbs.StatusSuccess)
+		if seen[wc.WRID] {
+			t.Fatalf("wr %d completed twice", wc.WRID)
+		}
+		seen[wc.WRID] = true
+	}
+	if v := binary.LittleEndian.Uint64(b.mr.Bytes()[1<<20:]); v != goroutines*each/2 {
+		t.Fatalf("counter %d, want %d", v, goroutines*each/2)
+	}
+}
+
+func TestSRQ(t *testing.T) {
+	o := opts{}.withDefaults()
+	ca, cb := openCtx(t), openCtx(t)
+	a := newEnd(t, ca, o, 0)
+	// b's QP takes receives from an SRQ.
+	b := &end{t: t, ctx: cb, psn: verbs.RandomPSN(), wcs: make([]verbs.WorkCompletion, 64)}
+	var err error
+	b.pd, _ = cb.AllocPD()
+	b.scq, _ = cb.CreateCQ(64)
+	b.rcq, _ = cb.CreateCQ(64)
+	srq, err := b.pd.CreateSRQ(verbs.SRQConfig{MaxWR: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.qp, err = b.pd.CreateQP(verbs.QPConfig{SendCQ: b.scq, RecvCQ: b.rcq, SRQ: srq}); err != nil {
+		t.Fatal(err)
+	}
+	if b.mr, err = b.pd.AllocMR(1<<20, verbs.AccessAll); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.qp.Modify(verbs.QPAttr{State: verbs.QPInit, AccessFlags: verbs.AccessRemoteWrite}); err != nil {
+		t.Fatal(err)
+	}
+	connect(a, b, o)
+	a.post(verbs.SendWR{ID: 1, Opcode: verbs.OpSend, Flags: verbs.SendSignaled, SGL: sgl(a.mr, 0, 10)})
+	a.noCompletion(a.scq, 10*time.Millisecond) // RNR until the SRQ has a receive
+	if err := srq.PostRecv([]verbs.RecvWR{{ID: 7, SGL: []verbs.SGE{b.mr.SGE(0, 64)}}, {ID: 8, SGL: []verbs.SGE{b.mr.SGE(64, 4)}}, {ID: 9, SGL: []verbs.SGE{b.mr.SGE(128, 64)}}}); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, a.sends(1)[0], verbs.StatusSuccess)
+	if r := b.recvs(1)[0]; r.WRID != 7 || r.ByteLen != 10 || r.QPNum != b.qp.Num() {
+		t.Fatalf("receive %+v", r)
+	}
+	// Too long for receive 8: the QP fails, the SRQ keeps receive 9.
+	a.post(verbs.SendWR{ID: 2, Opcode: verbs.OpSend, Flags: verbs.SendSignaled, SGL: sgl(a.mr, 0, 10)})
+	expect(t, a.sends(1)[0], verbs.StatusRemoteInvalidReq)
+	expect(t, b.recvs(1)[0], verbs.StatusLocalLength)
+	b.waitState(verbs.QPError, 2*time.Second)
+	b.noCompletion(b.rcq, 10*time.Millisecond)
+}
+
+// Moving a QP to ERROR in the middle of large transfers returns promptly
+// and flushes everything.
+func TestErrorDuringTransfer(t *testing.T) {
+	const n = 16 << 20
+	a, b := newPair(t, opts{mrSize: n})
+	var wrs []verbs.SendWR
+	for i := 0; i < 8; i++ {
+		wrs = append(wrs, verbs.SendWR{ID: uint64(i), Opcode: verbs.OpWrite, Flags: verbs.SendSignaled, SGL: sgl(a.mr, 0, n), RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()},
+			verbs.SendWR{ID: uint64(100 + i), Opcode: verbs.OpRead, Flags: verbs.SendSignaled, SGL: sgl(a.mr, 0, n), RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
+	}
+	a.post(wrs...)
+	time.Sleep(5 * time.Millisecond)
+	start := time.Now()
+	if err := a.qp.Modify(verbs.QPAttr{State: verbs.QPError}); err != nil {
+		t.Fatal(err)
+	}
+	if el := time.Since(start); el > time.Second {
+		t.Fatalf("Modify(ERROR) took %v", el)
+	}
+	wcs := a.sends(16)
+	flushed := 0
+	for i, wc := range wcs {
+		if wc.Status == verbs.StatusWRFlush {
+			flushed++
+		} else if wc.Status != verbs.StatusSuccess || flushed > 0 {
+			t.Fatalf("completion %d: %+v", i, wc)
+		}
+	}
+	if flushed == 0 {
+		t.Log("every transfer finished before the transition")
 	}
 }

@@ -1,0 +1,311 @@
+package perftest
+
+// The bandwidth loop (perftest's run_iter_bw, run_iter_bw_server and
+// run_iter_bi in one): keep up to tx work requests outstanding on every
+// QP, signal every cqMod-th, spin-poll the send CQ, and on the receiving
+// side of send tests spin-poll the receive CQ and repost. Runs in the
+// run's goroutine; nothing in the loop allocates.
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/rdmakit/rdmakit/verbs"
+)
+
+// bwLoop is one size of a bandwidth test on one side.
+type bwLoop struct {
+	e     *endpoint
+	cfg   *config
+	w     *watch
+	size  int64
+	send  bool  // this side posts the measured operations
+	recv  bool  // this side consumes receives (send tests)
+	iters int64 // per QP; 0 in duration mode
+
+	flags verbs.SendFlags
+	wrs   [][]verbs.SendWR
+	rf    []*refill
+	scnt  []int64
+	ccnt  []int64
+	wcs   []verbs.WorkCompletion
+
+	epoch      time.Time
+	tposted    []int64 // ns since epoch of each post (unless noPeak)
+	tcompleted []int64 // ns since epoch each work request was known complete
+}
+
+// bwStats is what a bandwidth loop measured.
+type bwStats struct {
+	n          int64 // work requests (or receives) counted
+	tposted    []int64
+	tcompleted []int64
+	// In duration mode: the sample window.
+	sampleStart, sampleEnd int64
+}
+
+func newBWLoop(e *endpoint, w *watch, size int64, send, recv bool) *bwLoop {
+	cfg := e.cfg
+	b := &bwLoop{e: e, cfg: cfg, w: w, size: size, send: send, recv: recv, iters: cfg.iters,
+		scnt: make([]int64, cfg.qps), ccnt: make([]int64, cfg.qps), wcs: make([]verbs.WorkCompletion, 64)}
+	if send {
+		b.wrs = make([][]verbs.SendWR, cfg.qps)
+		for q := range b.wrs {
+			b.wrs[q] = []verbs.SendWR{opWR(e, q, size)}
+		}
+		if size <= int64(cfg.inline) && (cfg.Test.Verb == VerbWrite || cfg.Test.Verb == VerbSend) {
+			b.flags = verbs.SendInline
+		}
+		if !cfg.noPeak && b.iters > 0 {
+			n := b.iters * int64(cfg.qps)
+			b.tposted = make([]int64, n)
+			b.tcompleted = make([]int64, n)
+		}
+	}
+	if recv {
+		for q := range e.qps {
+			b.rf = append(b.rf, newRefill(e, q, size, b.iters))
+		}
+	}
+	return b
+}
+
+// opWR is the work request of the test's verb on QP q for size bytes, with
+// the layout described in endpoint.go.
+func opWR(e *endpoint, q int, size int64) verbs.SendWR {
+	mr, r := e.mrs[q], e.remote[q]
+	half := uint64(e.half)
+	switch e.cfg.Test.Verb {
+	case VerbWrite:
+		return verbs.SendWR{Opcode: verbs.OpWrite, SGL: []verbs.SGE{mr.SGE(0, int(size))}, RemoteAddr: r.vaddr + half, RKey: r.rkey}
+	case VerbRead:
+		return verbs.SendWR{Opcode: verbs.OpRead, SGL: []verbs.SGE{mr.SGE(int(half), int(size))}, RemoteAddr: r.vaddr, RKey: r.rkey}
+	case VerbAtomic:
+		wr := verbs.SendWR{Opcode: verbs.OpFetchAndAdd, SGL: []verbs.SGE{mr.SGE(0, 8)}, RemoteAddr: r.vaddr + half, RKey: r.rkey, CompareAdd: 1}
+		if e.cfg.Atomic == CmpAndSwap {
+			wr.Opcode, wr.CompareAdd, wr.Swap = verbs.OpCompareAndSwap, 0, 1
+		}
+		return wr
+	default:
+		return verbs.SendWR{Opcode: verbs.OpSend, SGL: []verbs.SGE{mr.SGE(0, int(size))}}
+	}
+}
+
+// postRecvs posts the initial receives (rx per QP, at most iters); it runs
+// before the peer is told this side is ready.
+func (b *bwLoop) postRecvs() error {
+	for _, r := range b.rf {
+		if err := r.fill(b.cfg.rx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// warmUp posts tx signaled operations per QP and waits for them, as
+// perftest's perform_warm_up (not for Send, which would use up receives).
+func (b *bwLoop) warmUp() error {
+	if !b.send || b.cfg.Test.Verb == VerbSend {
+		return nil
+	}
+	const warmID = 1 << 63
+	var outstanding int
+	for q, qp := range b.e.qps {
+		wr := b.wrs[q]
+		wr[0].Flags, wr[0].ID = b.flags|verbs.SendSignaled, warmID
+		for i := 0; i < b.cfg.tx; i++ {
+			if err := qp.PostSend(wr); err != nil {
+				return fmt.Errorf("warm-up: %w", err)
+			}
+			outstanding++
+		}
+	}
+	var done uint64
+	for outstanding > 0 {
+		n, err := b.e.scq.Poll(b.wcs)
+		if err != nil {
+			return fmt.Errorf("warm-up: polling the send CQ: %w", err)
+		}
+		for _, wc := range b.wcs[:n] {
+			if wc.Status != verbs.StatusSuccess {
+				return fmt.Errorf("warm-up: %w", wc.Err())
+			}
+		}
+		outstanding -= n
+		done += uint64(n)
+		if n == 0 {
+			if err := b.w.wait(done); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (b *bwLoop) now() int64 { return int64(time.Since(b.epoch)) }
+
+// Duration-mode states (perftest's catch_alarm).
+const (
+	stWarm = iota
+	stSample
+	stCool
+	stEnd
+)
+
+// run measures one size. With iterations it returns when every work
+// request has completed (and every expected receive arrived); with a
+// duration, when the duration is over.
+func (b *bwLoop) run() (bwStats, error) {
+	cfg, e := b.cfg, b.e
+	qps := len(e.qps)
+	dur := cfg.Duration > 0
+	tx, cqMod := int64(cfg.tx), int64(cfg.cqMod)
+	var totalS, totalR int64
+	if b.send {
+		totalS = b.iters * int64(qps)
+	}
+	if b.recv {
+		totalR = b.iters * int64(qps)
+	}
+	var totS, totC, totR int64
+	var st bwStats
+	state := stWarm
+	margin := int64(cfg.margin) * int64(time.Second)
+	total := int64(cfg.Duration) * int64(time.Second)
+	noPeak := b.tposted == nil
+	var progress uint64
+	b.epoch = time.Now()
+	if dur && margin == 0 {
+		state = stSample
+	}
+	if !dur {
+		// Without per-operation times (noPeak), the average still spans
+		// the first post to the last completion.
+		st.sampleStart = b.now()
+	}
+	for {
+		if dur {
+			t := b.now()
+			switch {
+			case state == stWarm && t >= margin:
+				state, st.sampleStart = stSample, t
+			case state == stSample && t >= total-margin:
+				state, st.sampleEnd = stCool, t
+				if margin == 0 {
+					state = stEnd
+				}
+			case state == stCool && t >= total:
+				state = stEnd
+			}
+			if state == stEnd {
+				break
+			}
+		} else if totS >= totalS && totC >= totalS && totR >= totalR {
+			break
+		}
+		busy := false
+		if b.send {
+			for q, qp := range e.qps {
+				wr := b.wrs[q]
+				for (dur || b.scnt[q] < b.iters) && b.scnt[q]-b.ccnt[q] < tx {
+					n := b.scnt[q]
+					wr[0].Flags = b.flags
+					if (n+1)%cqMod == 0 || (!dur && n == b.iters-1) {
+						wr[0].Flags |= verbs.SendSignaled
+					}
+					wr[0].ID = uint64(q)<<32 | uint64(n+1)
+					if !noPeak {
+						b.tposted[totS] = b.now()
+					}
+					if err := qp.PostSend(wr); err != nil {
+						if errors.Is(err, verbs.ErrQueueFull) {
+							break
+						}
+						return st, fmt.Errorf("posting %s: %w", wr[0].Opcode, err)
+					}
+					b.scnt[q]++
+					totS++
+					busy = true
+				}
+			}
+			n, err := e.scq.Poll(b.wcs)
+			if err != nil {
+				return st, fmt.Errorf("polling the send CQ: %w", err)
+			}
+			for i := 0; i < n; i++ {
+				wc := &b.wcs[i]
+				if wc.Status != verbs.StatusSuccess {
+					return st, fmt.Errorf("after %d work requests completed: %w", totC, wc.Err())
+				}
+				q := int(wc.WRID >> 32)
+				if q >= qps {
+					continue
+				}
+				delta := int64(wc.WRID&0xffffffff) - b.ccnt[q]
+				if delta <= 0 {
+					continue
+				}
+				b.ccnt[q] += delta
+				if !noPeak {
+					t := b.now()
+					for k := totC; k < totC+delta && k < int64(len(b.tcompleted)); k++ {
+						b.tcompleted[k] = t
+					}
+				}
+				totC += delta
+				if dur && state == stSample {
+					st.n += delta
+				}
+			}
+			if n > 0 {
+				busy = true
+			}
+		}
+		if b.recv {
+			n, err := e.rcq.Poll(b.wcs)
+			if err != nil {
+				return st, fmt.Errorf("polling the receive CQ: %w", err)
+			}
+			for i := 0; i < n; i++ {
+				wc := &b.wcs[i]
+				if wc.Status != verbs.StatusSuccess {
+					return st, fmt.Errorf("after %d receives: %w", totR, wc.Err())
+				}
+				q := int(wc.WRID)
+				if q >= qps {
+					continue
+				}
+				totR++
+				if dur && state == stSample && !b.send {
+					st.n++
+				}
+				if err := b.rf[q].consumed(); err != nil {
+					return st, err
+				}
+			}
+			if n > 0 {
+				busy = true
+			}
+		}
+		if busy {
+			progress++
+			if progress%checkEvery == 0 {
+				if err := b.w.check(progress); err != nil {
+					return st, err
+				}
+			}
+		} else if err := b.w.wait(progress); err != nil {
+			return st, err
+		}
+	}
+	if !dur {
+		st.sampleEnd = b.now()
+		st.n = totalS
+		if !b.send {
+			st.n = totalR
+		}
+	}
+	st.tposted, st.tcompleted = b.tposted, b.tcompleted
+	return st, nil
+}

@@ -1,0 +1,683 @@
+package perftest
+
+// Parameters: the tests, the user's options (zero value = perftest's
+// defaults), the command-line parser, and the resolution of options into
+// the effective configuration of a run (perftest's force_dependencies).
+// Everything here runs in the caller's goroutine.
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/rdmakit/rdmakit/verbs"
+)
+
+// Verb is the operation a test measures.
+type Verb int
+
+// Verbs. The zero value is no verb, so that a zero Test is invalid.
+const (
+	VerbSend Verb = iota + 1
+	VerbWrite
+	VerbRead
+	VerbAtomic
+)
+
+// Kind says whether a test measures bandwidth or latency.
+type Kind int
+
+// Kinds.
+const (
+	KindBW Kind = iota + 1
+	KindLat
+)
+
+// Test is one of the eight perftest tests.
+type Test struct {
+	Verb Verb
+	Kind Kind
+}
+
+var verbNames = map[Verb]string{VerbSend: "send", VerbWrite: "write", VerbRead: "read", VerbAtomic: "atomic"}
+
+// perftest's testsStr, used in the header's title line.
+var verbTitles = map[Verb]string{VerbSend: "Send", VerbWrite: "RDMA_Write", VerbRead: "RDMA_Read", VerbAtomic: "Atomic"}
+
+// Tests lists the test names, in perftest's order.
+var Tests = []string{"send_bw", "send_lat", "write_bw", "write_lat", "read_bw", "read_lat", "atomic_bw", "atomic_lat"}
+
+// ParseTest parses a test name: send_bw ... atomic_lat, with or without
+// perftest's "ib_" prefix.
+func ParseTest(name string) (Test, error) {
+	n := strings.TrimPrefix(name, "ib_")
+	verb, kind, ok := strings.Cut(n, "_")
+	if ok {
+		var t Test
+		for v, s := range verbNames {
+			if s == verb {
+				t.Verb = v
+			}
+		}
+		switch kind {
+		case "bw":
+			t.Kind = KindBW
+		case "lat":
+			t.Kind = KindLat
+		}
+		if t.Valid() {
+			return t, nil
+		}
+	}
+	return Test{}, fmt.Errorf("unknown test %q (tests: %s)", name, strings.Join(Tests, ", "))
+}
+
+// Valid reports whether t names a test.
+func (t Test) Valid() bool {
+	return verbNames[t.Verb] != "" && (t.Kind == KindBW || t.Kind == KindLat)
+}
+
+func (t Test) String() string {
+	if !t.Valid() {
+		return "invalid-test"
+	}
+	if t.Kind == KindBW {
+		return verbNames[t.Verb] + "_bw"
+	}
+	return verbNames[t.Verb] + "_lat"
+}
+
+// AtomicOp is the operation of the atomic tests (-A).
+type AtomicOp int
+
+// Atomic operations; the zero value is perftest's default, FETCH_AND_ADD.
+const (
+	FetchAndAdd AtomicOp = iota
+	CmpAndSwap
+)
+
+func (a AtomicOp) String() string {
+	if a == CmpAndSwap {
+		return "CMP_AND_SWAP"
+	}
+	return "FETCH_AND_ADD"
+}
+
+// Options are a run's parameters, as given on the command line. The zero
+// value of every field means perftest's default for the test.
+type Options struct {
+	Test Test
+	// Server is the server's host name or address; empty makes this side
+	// the server.
+	Server string
+	// Port is the TCP port of the out-of-band exchange (-p, 18515).
+	Port int
+	// Device is the device to use (-d). Client default: shm0 with
+	// Loopback, tcp0 otherwise. Server default: the client's choice.
+	Device string
+	// All runs every size from 2 bytes to 8 MiB (-a).
+	All bool
+	// Size is the message size in bytes (-s; 65536 for bw, 2 for lat, 8
+	// for atomics).
+	Size int64
+	// Iters is the number of iterations (-n; 5000 for write_bw, 1000
+	// otherwise).
+	Iters int64
+	// Duration runs for this many seconds instead of Iters (-D).
+	Duration int
+	// Histogram prints every sorted latency sample (-H).
+	Histogram bool
+	// QPs is the number of queue pairs (-q, 1).
+	QPs int
+	// Inline is the max inline size (-I). 0 means perftest's default
+	// (220 for write_lat, 236 for send_lat, none otherwise); negative means
+	// no inline data.
+	Inline int
+	// TxDepth is the send queue depth (-t; 128 for bw, 1 for lat).
+	TxDepth int
+	// RxDepth is the receive queue depth (-r; 512 for send tests).
+	RxDepth int
+	// CQMod signals every CQMod-th work request (-Q, 100; 1 above 8 KiB
+	// unless given).
+	CQMod int
+	// Bidir runs a bandwidth test in both directions at once (-b).
+	Bidir bool
+	// Atomic is the atomic operation (-A).
+	Atomic AtomicOp
+	// MTU is the path MTU in bytes (-m; default the port's active MTU).
+	MTU int
+	// Conn is the connection type (-c); only "RC" (the default) exists.
+	Conn string
+	// ReportGbits reports bandwidth in Gb/sec instead of MiB/sec.
+	ReportGbits bool
+	// OutJSON, if set, is a file to write the results to as JSON.
+	OutJSON string
+	// Plot, if set, is a PNG file to draw the results into.
+	Plot string
+	// Loopback runs the server as a child process on this host and this
+	// process as the client.
+	Loopback bool
+}
+
+// DefaultPort is perftest's default exchange port.
+const DefaultPort = 18515
+
+// Limits and defaults of perftest (perftest_parameters.h).
+const (
+	defSizeBW    = 65536
+	defSizeLat   = 2
+	defSizeAtom  = 8
+	defIters     = 1000
+	defItersWB   = 5000
+	defTxBW      = 128
+	defTxLat     = 1
+	defRxSend    = 512
+	defCQMod     = 100
+	minIter      = 5
+	maxTx        = 15000
+	maxRx        = 16384
+	maxQPs       = 16384
+	maxCQMod     = 1024
+	maxInline    = 1024
+	maxSizeAll   = 1 << 23 // -a runs 2 B ... 8 MiB
+	maxMsgSize   = 1<<31 - 1
+	cqModLimit   = 8192 // CQ moderation is disabled above this size
+	noPeakIters  = 20000
+	defInlineWr  = 220
+	defInlineSnd = 236
+	outReads     = 16
+)
+
+// ErrUsage marks command-line mistakes (the CLI exits with status 2).
+var ErrUsage = errors.New("usage")
+
+// ErrHelp is returned by ParseArgs for -h/--help.
+var ErrHelp = errors.New("help requested")
+
+func usageErr(format string, a ...any) error {
+	return fmt.Errorf("%w: %s", ErrUsage, fmt.Sprintf(format, a...))
+}
+
+type flagSpec struct {
+	short  byte
+	long   []string
+	hasArg bool
+	set    func(o *Options, v string) error
+}
+
+func intArg(name string, lo, hi int64, dst func(int64)) func(*Options, string) error {
+	return func(_ *Options, v string) error {
+		n, err := strconv.ParseInt(v, 0, 64)
+		if err != nil {
+			return usageErr("%s: %q is not a number", name, v)
+		}
+		if n < lo || n > hi {
+			return usageErr("%s must be between %d and %d, not %d", name, lo, hi, n)
+		}
+		dst(n)
+		return nil
+	}
+}
+
+// flags returns the flag table for o (setters write into o).
+func flags(o *Options) []flagSpec {
+	return []flagSpec{
+		{'a', []string{"all"}, false, func(o *Options, _ string) error { o.All = true; return nil }},
+		{'s', []string{"size"}, true, func(o *Options, v string) error {
+			n, err := parseSize(v)
+			if err != nil {
+				return err
+			}
+			o.Size = n
+			return nil
+		}},
+		{'n', []string{"iters"}, true, intArg("-n (iterations)", minIter, 1<<32, func(n int64) { o.Iters = n })},
+		{'D', []string{"duration"}, true, intArg("-D (duration)", 1, 1<<20, func(n int64) { o.Duration = int(n) })},
+		{'H', []string{"report-histogrm", "report-histogram"}, false, func(o *Options, _ string) error { o.Histogram = true; return nil }},
+		{'q', []string{"qp"}, true, intArg("-q (number of QPs)", 1, maxQPs, func(n int64) { o.QPs = int(n) })},
+		{'I', []string{"inline_size"}, true, intArg("-I (inline size)", 0, maxInline, func(n int64) {
+			o.Inline = int(n)
+			if n == 0 {
+				o.Inline = -1
+			}
+		})},
+		{'t', []string{"tx-depth"}, true, intArg("-t (tx depth)", 1, maxTx, func(n int64) { o.TxDepth = int(n) })},
+		{'r', []string{"rx-depth"}, true, intArg("-r (rx depth)", 1, maxRx, func(n int64) { o.RxDepth = int(n) })},
+		{'Q', []string{"cq-mod"}, true, intArg("-Q (CQ moderation)", 1, maxCQMod, func(n int64) { o.CQMod = int(n) })},
+		{'b', []string{"bidirectional"}, false, func(o *Options, _ string) error { o.Bidir = true; return nil }},
+		{'A', []string{"atomic_type"}, true, func(o *Options, v string) error {
+			switch v {
+			case "CMP_AND_SWAP":
+				o.Atomic = CmpAndSwap
+			case "FETCH_AND_ADD":
+				o.Atomic = FetchAndAdd
+			default:
+				return usageErr("invalid atomic type %q; choose CMP_AND_SWAP or FETCH_AND_ADD", v)
+			}
+			return nil
+		}},
+		{'p', []string{"port"}, true, intArg("-p (port)", 1, 65535, func(n int64) { o.Port = int(n) })},
+		{'d', []string{"ib-dev"}, true, func(o *Options, v string) error {
+			if v == "" {
+				return usageErr("-d needs a device name (see rdmakit info)")
+			}
+			o.Device = v
+			return nil
+		}},
+		{'m', []string{"mtu"}, true, func(o *Options, v string) error {
+			n, err := strconv.Atoi(v)
+			if err != nil || mtuEnum(n) == 0 {
+				return usageErr("invalid MTU %q; choose 256, 512, 1024, 2048 or 4096", v)
+			}
+			o.MTU = n
+			return nil
+		}},
+		{'F', []string{"CPU-freq"}, false, func(*Options, string) error { return nil }},
+		{'c', []string{"connection"}, true, func(o *Options, v string) error {
+			switch strings.ToUpper(v) {
+			case "RC":
+				o.Conn = "RC"
+			case "UC", "UD", "XRC", "DC", "SRD", "RAWETH":
+				return usageErr("connection type %s is not supported: rdmakit has RC queue pairs only (-c RC)", strings.ToUpper(v))
+			default:
+				return usageErr("invalid connection type %q; rdmakit supports RC only", v)
+			}
+			return nil
+		}},
+		{0, []string{"report_gbits"}, false, func(o *Options, _ string) error { o.ReportGbits = true; return nil }},
+		{0, []string{"out_json", "out_json_file"}, true, func(o *Options, v string) error { o.OutJSON = v; return nil }},
+		{0, []string{"plot"}, true, func(o *Options, v string) error { o.Plot = v; return nil }},
+		{0, []string{"loopback"}, false, func(o *Options, _ string) error { o.Loopback = true; return nil }},
+		{'h', []string{"help"}, false, func(*Options, string) error { return ErrHelp }},
+	}
+}
+
+// parseSize parses -s: a number with an optional K or M suffix (as
+// perftest) or G.
+func parseSize(v string) (int64, error) {
+	mult := int64(1)
+	s := v
+	switch {
+	case strings.HasSuffix(s, "K"):
+		mult, s = 1<<10, s[:len(s)-1]
+	case strings.HasSuffix(s, "M"):
+		mult, s = 1<<20, s[:len(s)-1]
+	case strings.HasSuffix(s, "G"):
+		mult, s = 1<<30, s[:len(s)-1]
+	}
+	n, err := strconv.ParseInt(s, 0, 64)
+	if err != nil || n < 1 || n > (1<<40)/mult {
+		return 0, usageErr("invalid message size %q (-s takes bytes, optionally with K, M or G)", v)
+	}
+	return n * mult, nil
+}
+
+// ParseArgs parses the arguments of `rdmakit perf` (after the subcommand):
+// TEST, flags, and an optional server address, in any order, with
+// perftest's short and long flag names ("-s 64", "-s64", "--size=64",
+// "--size 64"; boolean short flags may be bundled, "-aF").
+func ParseArgs(args []string) (Options, error) {
+	var o Options
+	specs := flags(&o)
+	var pos []string
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			pos = append(pos, args[i+1:]...)
+			break
+		}
+		if len(a) < 2 || a[0] != '-' {
+			pos = append(pos, a)
+			continue
+		}
+		if strings.HasPrefix(a, "--") {
+			name, val, hasVal := strings.Cut(a[2:], "=")
+			var sp *flagSpec
+			for k := range specs {
+				for _, l := range specs[k].long {
+					if l == name {
+						sp = &specs[k]
+					}
+				}
+			}
+			if sp == nil {
+				return o, usageErr("unknown flag --%s (rdmakit perf -h lists the flags)", name)
+			}
+			if sp.hasArg && !hasVal {
+				if i+1 >= len(args) {
+					return o, usageErr("flag --%s needs a value", name)
+				}
+				i++
+				val = args[i]
+			} else if !sp.hasArg && hasVal {
+				return o, usageErr("flag --%s takes no value", name)
+			}
+			if err := sp.set(&o, val); err != nil {
+				return o, err
+			}
+			continue
+		}
+		// Short flags, possibly bundled.
+		for j := 1; j < len(a); j++ {
+			var sp *flagSpec
+			for k := range specs {
+				if specs[k].short != 0 && specs[k].short == a[j] {
+					sp = &specs[k]
+				}
+			}
+			if sp == nil {
+				return o, usageErr("unknown flag -%c (rdmakit perf -h lists the flags)", a[j])
+			}
+			if !sp.hasArg {
+				if err := sp.set(&o, ""); err != nil {
+					return o, err
+				}
+				continue
+			}
+			val := a[j+1:]
+			if val == "" {
+				if i+1 >= len(args) {
+					return o, usageErr("flag -%c needs a value", a[j])
+				}
+				i++
+				val = args[i]
+			}
+			if err := sp.set(&o, val); err != nil {
+				return o, err
+			}
+			break
+		}
+	}
+	if len(pos) == 0 {
+		return o, usageErr("missing TEST (one of %s)", strings.Join(Tests, ", "))
+	}
+	t, err := ParseTest(pos[0])
+	if err != nil {
+		return o, fmt.Errorf("%w: %w", ErrUsage, err)
+	}
+	o.Test = t
+	if len(pos) > 2 {
+		return o, usageErr("unexpected argument %q (usage: rdmakit perf TEST [flags] [server-address])", pos[2])
+	}
+	if len(pos) == 2 {
+		o.Server = pos[1]
+	}
+	if o.Loopback && o.Server != "" {
+		return o, usageErr("--loopback starts its own server; drop the server address %q", o.Server)
+	}
+	return o, o.check()
+}
+
+// check validates the device-independent combinations (perftest's parser
+// errors).
+func (o *Options) check() error {
+	t := o.Test
+	if !t.Valid() {
+		return usageErr("no test chosen")
+	}
+	if o.Bidir && t.Kind == KindLat {
+		return usageErr("-b (bidirectional) is only available in bandwidth tests")
+	}
+	if o.Histogram && t.Kind == KindBW {
+		return usageErr("-H (histogram) is only available in latency tests")
+	}
+	if o.QPs > 1 && t.Kind == KindLat {
+		return usageErr("-q: multiple QPs are only available in bandwidth tests")
+	}
+	if o.Atomic != FetchAndAdd && t.Verb != VerbAtomic {
+		return usageErr("-A is for the atomic tests; you are running %s", t)
+	}
+	if o.Inline != 0 && (t.Verb == VerbRead || t.Verb == VerbAtomic) {
+		return usageErr("-I: inline data is not available with RDMA Read or atomics")
+	}
+	if o.RxDepth > 1 && (t.Verb == VerbRead || t.Verb == VerbAtomic) {
+		return usageErr("-r: with RDMA Read or atomics the rx depth can only be 1")
+	}
+	if t.Verb == VerbAtomic && (o.All || (o.Size != 0 && o.Size != defSizeAtom)) {
+		return usageErr("message size cannot be changed for atomic tests (always 8 bytes): drop -s/-a")
+	}
+	if o.Duration > 0 && o.All {
+		return usageErr("-D (duration) cannot be combined with -a (all sizes)")
+	}
+	if o.Duration < 0 || o.Iters < 0 || o.Size < 0 || o.QPs < 0 || o.TxDepth < 0 || o.RxDepth < 0 || o.CQMod < 0 {
+		return usageErr("negative -D, -n, -s, -q, -t, -r or -Q")
+	}
+	if o.Size > maxMsgSize {
+		return usageErr("message size %d is too large: perftest allows 1 to %d bytes", o.Size, maxMsgSize)
+	}
+	if o.Port < 0 || o.Port > 65535 {
+		return usageErr("-p %d: not a TCP port", o.Port)
+	}
+	return nil
+}
+
+// Args returns command-line arguments that reproduce o's test parameters:
+// the test and every flag both sides must agree on or that shapes the
+// server's side (used to start the loopback server). Local-only flags
+// (--out_json, --plot, --loopback, -p, the address) are left out.
+func (o Options) Args() []string {
+	a := []string{o.Test.String()}
+	add := func(f string, v any) { a = append(a, f, fmt.Sprint(v)) }
+	if o.Device != "" {
+		add("-d", o.Device)
+	}
+	if o.All {
+		a = append(a, "-a")
+	}
+	if o.Size != 0 {
+		add("-s", o.Size)
+	}
+	if o.Iters != 0 {
+		add("-n", o.Iters)
+	}
+	if o.Duration != 0 {
+		add("-D", o.Duration)
+	}
+	if o.QPs != 0 {
+		add("-q", o.QPs)
+	}
+	if o.Inline != 0 {
+		add("-I", max(o.Inline, 0))
+	}
+	if o.TxDepth != 0 {
+		add("-t", o.TxDepth)
+	}
+	if o.RxDepth != 0 {
+		add("-r", o.RxDepth)
+	}
+	if o.CQMod != 0 {
+		add("-Q", o.CQMod)
+	}
+	if o.Bidir {
+		a = append(a, "-b")
+	}
+	if o.Test.Verb == VerbAtomic {
+		add("-A", o.Atomic)
+	}
+	if o.MTU != 0 {
+		add("-m", o.MTU)
+	}
+	if o.Conn != "" {
+		add("-c", o.Conn)
+	}
+	if o.ReportGbits {
+		a = append(a, "--report_gbits")
+	}
+	if o.Histogram {
+		a = append(a, "-H")
+	}
+	return a
+}
+
+func mtuEnum(n int) verbs.MTU {
+	for m := verbs.MTU256; m <= verbs.MTU4096; m++ {
+		if m.Bytes() == n {
+			return m
+		}
+	}
+	return 0
+}
+
+// config is the effective configuration of one side of a run: Options
+// with perftest's defaults and dependencies applied, checked against the
+// device.
+type config struct {
+	Options
+	sizes    []int64
+	iters    int64 // per QP; 0 in duration mode
+	qps      int
+	tx, rx   int
+	cqMod    int
+	inline   int
+	noPeak   bool
+	margin   int // seconds of warm-up and cool-down around the sample (-D)
+	mtu      verbs.MTU
+	port     int
+	maxSize  int64
+	gbits    bool
+	rttShift bool // latency is half a round trip (send, write)
+}
+
+// resolve applies perftest's defaults and dependencies to o. dev is the
+// device the run uses; a zero DeviceInfo skips the device's limits.
+func (o Options) resolve(dev verbs.DeviceInfo) (*config, error) {
+	if err := o.check(); err != nil {
+		return nil, err
+	}
+	t := o.Test
+	c := &config{Options: o}
+	c.port = o.Port
+	if c.port == 0 {
+		c.port = DefaultPort
+	}
+	c.qps = max(o.QPs, 1)
+	c.gbits = o.ReportGbits
+	c.rttShift = t.Verb == VerbSend || t.Verb == VerbWrite
+
+	size := o.Size
+	if size == 0 {
+		switch {
+		case t.Verb == VerbAtomic:
+			size = defSizeAtom
+		case t.Kind == KindBW:
+			size = defSizeBW
+		default:
+			size = defSizeLat
+		}
+	}
+	if o.All {
+		for s := int64(2); s <= maxSizeAll; s *= 2 {
+			c.sizes = append(c.sizes, s)
+		}
+		c.maxSize = maxSizeAll
+	} else {
+		c.sizes = []int64{size}
+		c.maxSize = size
+	}
+
+	c.iters = o.Iters
+	if c.iters == 0 {
+		c.iters = defIters
+		if t.Kind == KindBW && t.Verb == VerbWrite {
+			c.iters = defItersWB
+		}
+	}
+	if o.Duration > 0 {
+		c.iters = 0
+		c.noPeak = true
+		c.margin = o.Duration / 4
+	}
+
+	c.tx = o.TxDepth
+	if c.tx == 0 {
+		c.tx = defTxBW
+		if t.Kind == KindLat {
+			c.tx = defTxLat
+		}
+	}
+	c.rx = 1
+	if t.Verb == VerbSend {
+		c.rx = o.RxDepth
+		if c.rx == 0 {
+			c.rx = defRxSend
+		}
+	}
+	if c.iters > 0 {
+		c.tx = int(min(int64(c.tx), c.iters))
+		if t.Verb == VerbSend {
+			c.rx = int(min(int64(c.rx), c.iters))
+		}
+	}
+	c.cqMod = o.CQMod
+	if c.cqMod == 0 {
+		c.cqMod = defCQMod
+		if !o.All && size > cqModLimit {
+			c.cqMod = 1
+		}
+	}
+	c.cqMod = min(c.cqMod, c.tx)
+	if t.Kind == KindBW && c.iters > noPeakIters {
+		c.noPeak = true
+	}
+
+	switch {
+	case o.Inline < 0:
+		c.inline = 0
+	case o.Inline > 0:
+		c.inline = o.Inline
+	case t.Kind == KindLat && t.Verb == VerbWrite:
+		c.inline = defInlineWr
+	case t.Kind == KindLat && t.Verb == VerbSend:
+		c.inline = defInlineSnd
+	}
+
+	if dev.Name == "" {
+		return c, nil
+	}
+	// The device's limits.
+	lim := min(uint64(maxMsgSize), dev.MaxMsgSize)
+	if dev.MaxMsgSize == 0 {
+		lim = maxMsgSize
+	}
+	if uint64(c.maxSize) > lim {
+		return nil, usageErr("message size %d exceeds the limit of device %s (%d bytes); use a smaller -s", c.maxSize, dev.Name, lim)
+	}
+	if dev.MaxInline > 0 && c.inline > dev.MaxInline {
+		if o.Inline > 0 {
+			return nil, usageErr("-I %d exceeds device %s's max inline data (%d bytes)", o.Inline, dev.Name, dev.MaxInline)
+		}
+		c.inline = dev.MaxInline
+	}
+	if dev.MaxQPWR > 0 && (c.tx > dev.MaxQPWR || c.rx > dev.MaxQPWR) {
+		return nil, usageErr("-t %d / -r %d exceed device %s's max_qp_wr (%d)", c.tx, c.rx, dev.Name, dev.MaxQPWR)
+	}
+	if dev.MaxQP > 0 && c.qps > dev.MaxQP {
+		return nil, usageErr("-q %d exceeds device %s's max_qp (%d)", c.qps, dev.Name, dev.MaxQP)
+	}
+	if dev.MaxCQE > 0 && (c.tx*c.qps > dev.MaxCQE || c.rx*c.qps > dev.MaxCQE) {
+		return nil, usageErr("-q %d × -t %d / -r %d completions exceed device %s's max_cqe (%d)", c.qps, c.tx, c.rx, dev.Name, dev.MaxCQE)
+	}
+	if dev.MaxMRSize > 0 && uint64(2*roundUp(c.maxSize)) > dev.MaxMRSize {
+		return nil, usageErr("message size %d needs a %d-byte region, beyond device %s's max_mr_size (%d)", c.maxSize, 2*roundUp(c.maxSize), dev.Name, dev.MaxMRSize)
+	}
+	if t.Verb == VerbAtomic && dev.AtomicCap == verbs.AtomicNone {
+		return nil, usageErr("device %s does not support atomics", dev.Name)
+	}
+	active := verbs.MTU4096
+	if len(dev.Ports) > 0 && dev.Ports[0].ActiveMTU != 0 {
+		active = dev.Ports[0].ActiveMTU
+	}
+	c.mtu = active
+	if o.MTU != 0 {
+		m := mtuEnum(o.MTU)
+		if m > active {
+			return nil, usageErr("-m %d exceeds device %s's active MTU (%d)", o.MTU, dev.Name, active.Bytes())
+		}
+		c.mtu = m
+	}
+	return c, nil
+}
+
+// roundUp rounds n up to a multiple of 64 (a cache line).
+func roundUp(n int64) int64 { return (n + 63) &^ 63 }

@@ -1,0 +1,102 @@
+package perftest
+
+// The timed loops' guard against waiting forever. A watch belongs to the
+// run's goroutine, which spins; it reads the control connection's dead flag,
+// which the connection's reader goroutine sets.
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"time"
+
+	"github.com/rdmakit/rdmakit/verbs"
+)
+
+// stallTimeout is how long a timed loop waits without any progress before
+// it gives up: the peer is stopped, or gone in a way neither the transport
+// nor the control connection noticed.
+const stallTimeout = 10 * time.Second
+
+// watch is what a timed loop consults while it spins: cancellation, the
+// peer hanging up (the control connection's dead flag) and lack of
+// progress. It costs a counter increment per empty poll; the clock is read
+// once every checkEvery empty polls.
+type watch struct {
+	ctx        context.Context
+	k          *ctrl
+	stall      time.Duration
+	yieldEvery uint32
+	idle       uint32
+	// last is the loop's progress counter at the last check, at time since.
+	last  uint64
+	since time.Time
+}
+
+// How often a spinning loop lets others run, in empty polls: the Go
+// scheduler (runtime.Gosched) every gosEvery, the OS (sched_yield) every
+// watch.yieldEvery, and the clock is read every checkEvery.
+//
+// The OS yield matters where progress needs other threads of this host:
+// the tcp transport's reader goroutines (woken from the network poller)
+// and the peer process, when spinners outnumber cores. With shm the peer
+// copies by itself and a yield only delays noticing its answer (under
+// load, one costs microseconds), so it comes late.
+const (
+	gosEvery    = 256
+	checkEvery  = 4096
+	yieldShm    = 16384
+	yieldOthers = 256
+)
+
+func newWatch(ctx context.Context, k *ctrl) *watch {
+	return &watch{ctx: ctx, k: k, stall: stallTimeout, yieldEvery: yieldOthers, since: time.Now()}
+}
+
+// wait is called on each empty poll with the loop's progress counter (any
+// number that grows while the loop progresses).
+func (w *watch) wait(progress uint64) error {
+	w.idle++
+	if w.idle%gosEvery != 0 {
+		return nil
+	}
+	runtime.Gosched()
+	if w.idle%w.yieldEvery == 0 {
+		osYield()
+	}
+	if w.idle%checkEvery != 0 {
+		return nil
+	}
+	return w.check(progress)
+}
+
+// check tests for cancellation, a dead peer and a stall.
+func (w *watch) check(progress uint64) error {
+	if err := w.ctx.Err(); err != nil {
+		return err
+	}
+	if w.k != nil && w.k.dead.Load() {
+		return fmt.Errorf("lost the %s during the test (%w)", w.k.peer, w.k.goneReason())
+	}
+	now := time.Now()
+	if progress != w.last {
+		w.last, w.since = progress, now
+		return nil
+	}
+	if now.Sub(w.since) > w.stall {
+		peer := "peer"
+		if w.k != nil {
+			peer = w.k.peer
+		}
+		return fmt.Errorf("no progress for %v: the %s is not responding", w.stall, peer)
+	}
+	return nil
+}
+
+// tune adapts the spinning to the device's transport.
+func (w *watch) tune(dev verbs.DeviceInfo) {
+	w.yieldEvery = yieldOthers
+	if dev.Transport == "shm" {
+		w.yieldEvery = yieldShm
+	}
+}
