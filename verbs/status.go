@@ -69,7 +69,7 @@ type WCError struct {
 }
 
 func (e *WCError) Error() string {
-	return fmt.Sprintf("verbs: %s on QP %#x (wr_id %d, %s)", e.Status, e.QPNum, e.WRID, e.Opcode)
+	return fmt.Sprintf("verbs: %s on QP %#x (wr_id %d, %s)", e.Status.String(), e.QPNum, e.WRID, e.Opcode)
 }
 
 // Is matches the Status.

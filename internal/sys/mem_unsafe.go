@@ -92,3 +92,8 @@ func ReplaceWithAnon(b []byte) error {
 	}
 	return nil
 }
+
+// Yield gives up the processor to other threads (sched_yield), for poll
+// loops that have waited long enough to let others run but not long enough
+// to sleep.
+func Yield() { unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0) }

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rdmakit/rdmakit/internal/keytab"
@@ -69,10 +70,10 @@ func (d *qpDriver) Modify(from, to verbs.QPState, attr *verbs.QPAttr) error {
 		d.next = d.qp.SendTail()
 	case verbs.QPError:
 		d.running = false
-		d.rnrAt = time.Time{}
+		d.unpark()
 	case verbs.QPReset:
 		d.running = false
-		d.rnrAt = time.Time{}
+		d.unpark()
 		if d.peer != nil {
 			releasePeer(d.peer)
 			d.peer, d.target = nil, nil
@@ -89,7 +90,20 @@ func (d *qpDriver) PostSend() {
 
 func (d *qpDriver) PostRecv() {
 	// A queue pair of this process may be waiting for this receive.
-	wakeAll()
+	if parked.Load() > 0 {
+		wakeAll()
+	}
+}
+
+// parked counts queue pairs of this process waiting out an RNR.
+var parked atomic.Int32
+
+// unpark clears an RNR wait; d.mu is held.
+func (d *qpDriver) unpark() {
+	if !d.rnrAt.IsZero() {
+		d.rnrAt = time.Time{}
+		parked.Add(-1)
+	}
 }
 
 func (d *qpDriver) Destroy() error {
@@ -99,6 +113,7 @@ func (d *qpDriver) Destroy() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.running = false
+	d.unpark()
 	if d.peer != nil {
 		releasePeer(d.peer)
 		d.peer, d.target = nil, nil
@@ -120,6 +135,9 @@ func (d *qpDriver) run() {
 				st = rc.RNRRetryExceeded
 			} else {
 				d.rnrTries++
+				if d.rnrAt.IsZero() {
+					parked.Add(1)
+				}
 				d.rnrAt = time.Now().Add(verbs.RNRTimerDuration(d.target.MinRNR()))
 				d.c.wake()
 				return
@@ -248,7 +266,7 @@ func (d *qpDriver) poll(now time.Time) time.Duration {
 	if now.Before(d.rnrAt) && !d.target.HasRecv() {
 		return d.rnrAt.Sub(now)
 	}
-	d.rnrAt = time.Time{}
+	d.unpark()
 	d.run()
 	if !d.rnrAt.IsZero() {
 		return time.Until(d.rnrAt)
@@ -263,7 +281,7 @@ func (d *qpDriver) fail(st rc.Status) {
 		return
 	}
 	d.running = false
-	d.rnrAt = time.Time{}
+	d.unpark()
 	if st != rc.WRFlush && d.qp.SendHead() < d.qp.SendTail() {
 		d.qp.CompleteSend(verbs.Status(st))
 		return

@@ -260,6 +260,7 @@ func (c *ctxDriver) progress() {
 	defer close(c.done)
 	t := time.NewTimer(progressTick)
 	defer t.Stop()
+	var qps []*qpDriver
 	for {
 		select {
 		case <-c.stop:
@@ -268,7 +269,7 @@ func (c *ctxDriver) progress() {
 		case <-c.kick:
 		}
 		c.mu.Lock()
-		qps := make([]*qpDriver, 0, len(c.qps))
+		qps = qps[:0]
 		for d := range c.qps {
 			qps = append(qps, d)
 		}

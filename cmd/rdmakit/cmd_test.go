@@ -1,0 +1,142 @@
+package main
+
+import (
+	"bytes"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The test binary acts as rdmakit when this variable is set: the tests run
+// it (and its loopback mode re-executes it) as the built command.
+const mainEnv = "RDMAKIT_CMD_TEST_MAIN"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(mainEnv) != "" {
+		os.Args = append([]string{"rdmakit"}, os.Args[1:]...)
+		main()
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// rdmakit runs the command with args and returns stdout, stderr and the
+// exit status.
+func rdmakit(t *testing.T, args ...string) (string, string, int) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), mainEnv+"=1")
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	done := make(chan error, 1)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { done <- cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(60 * time.Second):
+		cmd.Process.Kill()
+		<-done
+		t.Fatalf("rdmakit %q hung", args)
+	}
+	return out.String(), errb.String(), cmd.ProcessState.ExitCode()
+}
+
+func TestPerfLoopback(t *testing.T) {
+	for _, args := range [][]string{
+		{"perf", "write_bw", "--loopback", "-n", "300"},
+		{"perf", "ib_read_lat", "--loopback", "-n", "300"},
+		{"perf", "send_lat", "--loopback", "-n", "100", "-d", "tcp0"},
+		{"perf", "atomic_bw", "--loopback", "-n", "300", "-A", "CMP_AND_SWAP", "--report_gbits"},
+	} {
+		out, errOut, code := rdmakit(t, args...)
+		if code != 0 || errOut != "" {
+			t.Errorf("%q: exit %d, stderr %q", args, code, errOut)
+			continue
+		}
+		for _, want := range []string{"-----\n", " Dual-port       : OFF\t\tDevice         : ", " #bytes ", " local address: LID 0000 QPN 0x"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("%q: output lacks %q:\n%s", args, want, out)
+			}
+		}
+	}
+}
+
+func TestPerfErrors(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	ln.Close()
+	cases := []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"perf", "write_bw", "--bogus"}, 2, "rdmakit perf: unknown flag --bogus"},
+		{[]string{"perf", "write_bw", "-x"}, 2, "rdmakit perf: unknown flag -x"},
+		{[]string{"perf", "write_foo"}, 2, "unknown test \"write_foo\""},
+		{[]string{"perf", "write_bw", "-s", "3G", "--loopback"}, 2, "message size 3221225472 is too large"},
+		{[]string{"perf", "write_bw", "-c", "UD"}, 2, "connection type UD is not supported"},
+		{[]string{"perf", "write_bw", "-d", "shm0", "-p", port, "127.0.0.1"}, 1, "rdmakit perf: cannot reach server 127.0.0.1:" + port + ": connection refused"},
+		{[]string{"perf", "write_bw", "-d", "nosuch0", "127.0.0.1"}, 1, "device nosuch0 is not available"},
+	}
+	for _, c := range cases {
+		start := time.Now()
+		out, errOut, code := rdmakit(t, c.args...)
+		if code != c.code || !strings.Contains(errOut, c.want) || strings.Count(errOut, "\n") != 1 || out != "" {
+			t.Errorf("%q: exit %d, stderr %q, stdout %q; want exit %d and one line with %q", c.args, code, errOut, out, c.code, c.want)
+		}
+		if d := time.Since(start); d > 5*time.Second {
+			t.Errorf("%q took %v", c.args, d)
+		}
+	}
+	out, _, code := rdmakit(t, "perf", "-h")
+	if code != 0 || !strings.Contains(out, "usage: rdmakit perf TEST") {
+		t.Errorf("perf -h: exit %d\n%s", code, out)
+	}
+}
+
+func TestInfo(t *testing.T) {
+	out, errOut, code := rdmakit(t, "info")
+	if code != 0 || errOut != "" {
+		t.Fatalf("exit %d, stderr %q", code, errOut)
+	}
+	for _, want := range []string{"hca_id:\tshm0\n", "hca_id:\ttcp0\n", "\ttransport:\t\t\tshm\n", "\t\tport:\t1\n",
+		"\t\t\tstate:\t\t\tPORT_ACTIVE (4)\n", "\t\t\tactive_mtu:\t\t4096 (5)\n", "\t\t\tlink_layer:\t\tTCP\n", "\tnode_guid:\t\t\t"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("info lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "max_qp") {
+		t.Error("info without -v shows limits")
+	}
+	out, _, code = rdmakit(t, "info", "-v", "-d", "tcp0")
+	if code != 0 || strings.Contains(out, "shm0") {
+		t.Fatalf("info -v -d tcp0: exit %d\n%s", code, out)
+	}
+	for _, want := range []string{"\tmax_mr_size:\t\t\t0x", "\tmax_qp:\t\t\t\t", "\tmax_qp_wr:\t\t\t", "\tmax_sge:\t\t\t",
+		"\tmax_cqe:\t\t\t", "\tatomic_cap:\t\t\tATOMIC_HCA (1)\n", "\tmax_inline_data:\t\t1024\n", "\t\t\tGID[  0]:\t\t"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("info -v lacks %q:\n%s", want, out)
+		}
+	}
+	out, _, code = rdmakit(t, "info", "-l")
+	if code != 0 || !strings.HasPrefix(out, "2 HCAs found:\n\tshm0\n\ttcp0\n") {
+		t.Errorf("info -l: exit %d\n%s", code, out)
+	}
+	_, errOut, code = rdmakit(t, "info", "-d", "nosuch0")
+	if code != 1 || errOut != "rdmakit info: device \"nosuch0\" wasn't found (devices: shm0, tcp0)\n" {
+		t.Errorf("info -d nosuch0: exit %d, stderr %q", code, errOut)
+	}
+	_, errOut, code = rdmakit(t, "info", "--bogus")
+	if code != 2 || !strings.Contains(errOut, "unknown argument") {
+		t.Errorf("info --bogus: exit %d, stderr %q", code, errOut)
+	}
+}
