@@ -48,6 +48,9 @@ the client; --loopback runs both on this host (server as a child process).
       --out_json=FILE       write the results as JSON
       --plot=FILE.png       draw the results against message size
       --loopback            run server and client on this host
+      --perftest-wire       speak perftest 4.5's own exchange: write_bw and send_bw
+                            against ib_write_bw/ib_send_bw (ibverbs devices, RoCE;
+                            the IPv4-mapped RoCE v2 GID: perftest's -x)
 `
 
 func runPerf(args []string) int {

@@ -158,6 +158,10 @@ type Options struct {
 	// Loopback runs the server as a child process on this host and this
 	// process as the client.
 	Loopback bool
+	// PerftestWire speaks perftest 4.5's own out-of-band exchange
+	// (pwire.go) instead of rdmakit's, to run write_bw and send_bw against
+	// perftest's ib_write_bw and ib_send_bw on an ibverbs device.
+	PerftestWire bool
 }
 
 // DefaultPort is perftest's default exchange port.
@@ -289,6 +293,7 @@ func flags(o *Options) []flagSpec {
 		{0, []string{"out_json", "out_json_file"}, true, func(o *Options, v string) error { o.OutJSON = v; return nil }},
 		{0, []string{"plot"}, true, func(o *Options, v string) error { o.Plot = v; return nil }},
 		{0, []string{"loopback"}, false, func(o *Options, _ string) error { o.Loopback = true; return nil }},
+		{0, []string{"perftest-wire"}, false, func(o *Options, _ string) error { o.PerftestWire = true; return nil }},
 		{'h', []string{"help"}, false, func(*Options, string) error { return ErrHelp }},
 	}
 }

@@ -60,6 +60,9 @@ func Run(ctx context.Context, o Options, env Env) error {
 	if err := o.check(); err != nil {
 		return err
 	}
+	if o.PerftestWire {
+		return runPWire(ctx, o, env)
+	}
 	if o.Loopback {
 		return runLoopback(ctx, o, env)
 	}

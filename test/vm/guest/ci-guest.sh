@@ -5,7 +5,8 @@
 # with "N passed, N failed, N skipped". Exit status 1 if anything failed.
 #
 # Expects in the current directory (the shared work dir): ibverbs.test, and
-# optionally rdmakit (built with -tags ibverbs) and interop.sh.
+# optionally rdmakit (built with -tags ibverbs), interop.sh and
+# perftest-interop.sh.
 # Env: CI_QUICK=1 runs the conformance suite on one-process mode only.
 set -uo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -76,6 +77,11 @@ echo "# rdmakit done at $(elapsed)"
 if [[ -x ./rdmakit && -f "$HERE/interop.sh" ]]; then
   # shellcheck source=interop.sh
   . "$HERE/interop.sh"
+fi
+if [[ -x ./rdmakit && -f "$HERE/perftest-interop.sh" ]]; then
+  # shellcheck source=perftest-interop.sh
+  . "$HERE/perftest-interop.sh"
+  echo "# perftest-wire interop done at $(elapsed)"
 fi
 
 echo "# total $(elapsed)"
