@@ -135,8 +135,11 @@ func (cq *CQ) Wait(ctx context.Context, wcs []WorkCompletion) (int, error) {
 			}
 		}
 	}
-	stop := context.AfterFunc(ctx, cq.r.Notify)
-	defer stop()
+	if ctx.Done() != nil {
+		// Only a cancellable context needs waking (and costs an allocation).
+		stop := context.AfterFunc(ctx, cq.r.Notify)
+		defer stop()
+	}
 	for {
 		if n, err := cq.Poll(wcs); n > 0 || err != nil {
 			return n, err
