@@ -1,0 +1,767 @@
+package coll
+
+// The algorithms. Each runs in the goroutine calling the collective (no
+// other goroutine takes part), moves messages of at
+// most one chunk, and interleaves channels piece by piece. Ranges are in
+// elements; mem.at turns them into bytes.
+//
+// Deadlock freedom: a sender may run Slots-ackBatch+1 messages ahead of
+// its receiver's acknowledgements (ackBatch is Slots/2, so at least
+// Slots/2+1). The ring algorithms send at most Slots/2 pieces per channel
+// ahead of what they receive, so a ring of ranks blocked on credits would
+// need more than that in flight: it cannot happen. Every other pattern
+// sends at most one ahead, or along acyclic paths.
+
+import (
+	"encoding/binary"
+
+	"github.com/rdmakit/rdmakit/coll/internal/reduce"
+	"github.com/rdmakit/rdmakit/internal/sys"
+)
+
+// directMin is the message size from which the ring algorithms write
+// final data straight into the next rank's output buffer (when every pair
+// of ranks is on shm): the receiver then only waits for a notification
+// instead of copying the data out of its FIFO. Smaller messages do not
+// repay the extra exchange of addresses.
+const directMin = 128 << 10
+
+// stageMax is the largest message sendFrom copies into staging on tcp.
+const stageMax = 64 << 10
+
+// direct says whether a collective of n bytes uses direct writes; every
+// rank decides alike.
+func (c *Comm) direct(n int) bool { return c.allSync && c.nranks > 1 && n >= directMin }
+
+// directOut tells rank prev where this rank's output buffer is (this
+// call's first message to prev) and learns where next's is (next's first
+// message to us).
+func (c *Comm) directOut(out mem, next, prev int) (uint64, uint32, error) {
+	var b [12]byte
+	pc := c.peers[prev].ch[0]
+	binary.LittleEndian.PutUint64(b[:], uint64(sys.Addr(out.b)))
+	binary.LittleEndian.PutUint32(b[8:], out.rg.rkeys[pc.q.ep.idx])
+	if err := c.sendSmall(pc, b[:]); err != nil {
+		return 0, 0, err
+	}
+	nc := c.peers[next].ch[0]
+	m, err := c.recv(nc, len(b))
+	if err != nil {
+		return 0, 0, err
+	}
+	addr, rkey := binary.LittleEndian.Uint64(m), binary.LittleEndian.Uint32(m[8:])
+	return addr, rkey, c.release(nc)
+}
+
+// forward sends o (part of m, at element offset off of the output) to ch:
+// into the peer's output at raddr when direct, else through its FIFO.
+func (c *Comm) forward(ch *channel, m mem, o []byte, raddr uint64, rkey uint32, off int) error {
+	if raddr == 0 {
+		return c.sendFrom(ch, m, o)
+	}
+	if err := c.reserve(ch); err != nil {
+		return err
+	}
+	return c.postDirect(ch, o, m.key(ch.q.ep), raddr+uint64(off), rkey)
+}
+
+// arrive waits for a message of n bytes on ch and stores it at o; with
+// direct writes the data is already there and only the notice comes.
+func (c *Comm) arrive(ch *channel, o []byte, direct bool) error {
+	if direct {
+		if _, err := c.recv(ch, 0); err != nil {
+			return err
+		}
+		return c.release(ch)
+	}
+	slot, err := c.recv(ch, len(o))
+	if err != nil {
+		return err
+	}
+	copy(o, slot)
+	return c.release(ch)
+}
+
+// mem is a buffer registered with every endpoint (a part of rg).
+type mem struct {
+	b  []byte
+	rg *region
+}
+
+func (m mem) at(st, en, es int) []byte  { return m.b[st*es : en*es] }
+func (m mem) key(ep *endpoint) uint32   { return m.rg.keys[ep.idx] }
+func (m mem) sub(off, n int) mem        { return mem{b: m.b[off : off+n], rg: m.rg} }
+func ceilDiv(a, b int) int              { return (a + b - 1) / b }
+func mod(a, n int) int                  { return ((a % n) + n) % n }
+func alignUp(a, b int) int              { return ceilDiv(a, b) * b }
+func (c *Comm) chunkElems(es int) int   { return c.opts.ChunkSize / es }
+func (c *Comm) piecesPerStep() int      { return max(1, c.opts.Slots/2) }
+func (c *Comm) ch(rank, i int) *channel { return c.peers[rank].ch[i%c.opts.Channels] }
+func apply(dt DataType, op RedOp, d, a, b []byte) {
+	reduce.Apply(reduce.Type(dt), op.kernel(), d, a, b)
+}
+
+// finish applies avg's division (once, to final values).
+func (c *Comm) finish(dt DataType, op RedOp, b []byte) {
+	if op == Avg && c.nranks > 1 {
+		reduce.Div(reduce.Type(dt), b, b, c.nranks)
+	}
+}
+
+// sendFrom sends b (a part of m) on ch.
+//
+// On an asynchronous endpoint (tcp) a write reads its source some time
+// after posting. Messages up to stageMax are first copied into the
+// channel's staging chunk for the message, so the collective need not
+// wait for their acknowledgements (a round trip) before it returns; the
+// chunk is reused once the credit for the message Slots later arrives,
+// which means this one was delivered. Larger ones go from the caller's
+// memory, and the collective waits for them at its end (drain): the copy
+// would cost more than the one round trip.
+func (c *Comm) sendFrom(ch *channel, m mem, b []byte) error {
+	if ch.q.ep.sync || len(b) <= maxInline {
+		return c.send(ch, b, m.key(ch.q.ep))
+	}
+	if len(b) > stageMax {
+		if err := c.send(ch, b, m.key(ch.q.ep)); err != nil {
+			return err
+		}
+		ch.q.needed = ch.q.posted - 1 // the data write; the flag is inline
+		return nil
+	}
+	if err := c.reserve(ch); err != nil {
+		return err
+	}
+	buf, key, err := c.stage(ch)
+	if err != nil {
+		return err
+	}
+	return c.post(ch, buf[:copy(buf, b)], key)
+}
+
+// ringAllReduce: reduce-scatter then all-gather around the ring. At step s
+// (0 ≤ s ≤ 2n-2) rank r handles block (r-s) mod n: steps 1..n-1 add the
+// received partial to its input, step n-1 yields the final value, later
+// steps pass final values on.
+func (c *Comm) ringAllReduce(in, out mem, count int, dt DataType, op RedOp) error {
+	n, r, es := c.nranks, c.rank, dt.Size()
+	next, prev := (r+1)%n, (r-1+n)%n
+	var raddr uint64
+	var rkey uint32
+	direct := c.direct(count * es)
+	if direct {
+		var err error
+		if raddr, rkey, err = c.directOut(out, next, prev); err != nil {
+			return err
+		}
+	}
+	C, P, ce := c.opts.Channels, c.piecesPerStep(), c.chunkElems(es)
+	align := max(1, 64/es)
+	roundE := n * C * P * ce
+	for off := 0; off < count; off += roundE {
+		rn := min(roundE, count-off)
+		bs := alignUp(ceilDiv(rn, n*C), align)
+		for s := 0; s <= 2*n-2; s++ {
+			b := mod(r-s, n)
+			for p := 0; p < P; p++ {
+				for ci := 0; ci < C; ci++ {
+					base := off + (ci*n+b)*bs
+					st := base + p*ce
+					en := min(base+min((p+1)*ce, bs), off+rn)
+					if st >= en {
+						continue
+					}
+					nc, pc := c.peers[next].ch[ci], c.peers[prev].ch[ci]
+					if s == 0 {
+						if err := c.sendFrom(nc, in, in.at(st, en, es)); err != nil {
+							return err
+						}
+						continue
+					}
+					o := out.at(st, en, es)
+					if s <= n-1 {
+						slot, err := c.recv(pc, (en-st)*es)
+						if err != nil {
+							return err
+						}
+						apply(dt, op, o, slot, in.at(st, en, es))
+						if s == n-1 {
+							c.finish(dt, op, o)
+						}
+						if err := c.release(pc); err != nil {
+							return err
+						}
+					} else if err := c.arrive(pc, o, direct); err != nil {
+						return err
+					}
+					if s < 2*n-2 {
+						ra := uint64(0)
+						if direct && s >= n-1 {
+							ra = raddr // final values go straight to next's output
+						}
+						if err := c.forward(nc, out, o, ra, rkey, st*es); err != nil {
+							return err
+						}
+					}
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// treeAllReduce: recursive doubling. With n not a power of two, the first
+// 2·rem ranks pair up first (odd ranks hand their data to the even
+// neighbour and get the result back at the end).
+func (c *Comm) treeAllReduce(in, out mem, count int, dt DataType, op RedOp) error {
+	n, r, es := c.nranks, c.rank, dt.Size()
+	if &in.b[0] != &out.b[0] {
+		copy(out.b[:count*es], in.b[:count*es])
+	}
+	p2 := 1
+	for p2*2 <= n {
+		p2 *= 2
+	}
+	rem := n - p2
+	nr := r - rem
+	if r < 2*rem {
+		if r%2 == 1 {
+			if err := c.sendAll(r-1, out, count, es); err != nil {
+				return err
+			}
+			nr = -1
+		} else {
+			if err := c.recvReduce(r+1, out, count, dt, op); err != nil {
+				return err
+			}
+			nr = r / 2
+		}
+	}
+	if nr >= 0 {
+		for mask := 1; mask < p2; mask <<= 1 {
+			pn := nr ^ mask
+			partner := pn + rem
+			if pn < rem {
+				partner = pn * 2
+			}
+			if err := c.exchangeReduce(partner, out, count, dt, op); err != nil {
+				return err
+			}
+		}
+		c.finish(dt, op, out.b[:count*es])
+	}
+	if r < 2*rem {
+		if r%2 == 0 {
+			return c.sendAll(r+1, out, count, es)
+		}
+		return c.recvCopy(r-1, out, count, es)
+	}
+	return nil
+}
+
+// sendAll sends m[0:count) to rank dst, piece by piece over the channels.
+func (c *Comm) sendAll(dst int, m mem, count, es int) error {
+	ce := c.chunkElems(es)
+	for p, st := 0, 0; st < count; p, st = p+1, st+ce {
+		if err := c.sendFrom(c.ch(dst, p), m, m.at(st, min(st+ce, count), es)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// recvCopy receives count elements from src into m.
+func (c *Comm) recvCopy(src int, m mem, count, es int) error {
+	ce := c.chunkElems(es)
+	for p, st := 0, 0; st < count; p, st = p+1, st+ce {
+		en := min(st+ce, count)
+		ch := c.ch(src, p)
+		slot, err := c.recv(ch, (en-st)*es)
+		if err != nil {
+			return err
+		}
+		copy(m.at(st, en, es), slot)
+		if err := c.release(ch); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// recvReduce receives count elements from src and reduces them into m.
+func (c *Comm) recvReduce(src int, m mem, count int, dt DataType, op RedOp) error {
+	es := dt.Size()
+	ce := c.chunkElems(es)
+	for p, st := 0, 0; st < count; p, st = p+1, st+ce {
+		en := min(st+ce, count)
+		ch := c.ch(src, p)
+		slot, err := c.recv(ch, (en-st)*es)
+		if err != nil {
+			return err
+		}
+		o := m.at(st, en, es)
+		apply(dt, op, o, slot, o)
+		if err := c.release(ch); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// exchangeReduce swaps m with partner and reduces: m = theirs ⊕ mine.
+// Each piece goes out before the partner's arrives; on a transport whose
+// writes finish later (tcp) it goes out from a staging copy, since m is
+// overwritten right after.
+func (c *Comm) exchangeReduce(partner int, m mem, count int, dt DataType, op RedOp) error {
+	es := dt.Size()
+	ce := c.chunkElems(es)
+	for p, st := 0, 0; st < count; p, st = p+1, st+ce {
+		en := min(st+ce, count)
+		ch := c.ch(partner, p)
+		o := m.at(st, en, es)
+		if err := c.reserve(ch); err != nil {
+			return err
+		}
+		src, key := o, m.key(ch.q.ep)
+		if !ch.q.ep.sync && len(o) > maxInline {
+			buf, k, err := c.stage(ch)
+			if err != nil {
+				return err
+			}
+			src, key = buf[:copy(buf, o)], k
+		}
+		if err := c.post(ch, src, key); err != nil {
+			return err
+		}
+		slot, err := c.recv(ch, len(o))
+		if err != nil {
+			return err
+		}
+		apply(dt, op, o, slot, o)
+		if err := c.release(ch); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ringAllGather: step s (0..n-1) handles block (r-s) mod n: step 0 sends
+// our own, later steps store the received block and pass it on.
+func (c *Comm) ringAllGather(in, out mem, count, es int) error {
+	n, r := c.nranks, c.rank
+	next, prev := (r+1)%n, (r-1+n)%n
+	if &in.b[0] != &out.b[r*count*es] {
+		copy(out.at(r*count, (r+1)*count, es), in.b[:count*es])
+	}
+	var raddr uint64
+	var rkey uint32
+	direct := c.direct(n * count * es)
+	if direct {
+		var err error
+		if raddr, rkey, err = c.directOut(out, next, prev); err != nil {
+			return err
+		}
+	}
+	C, P, ce := c.opts.Channels, c.piecesPerStep(), c.chunkElems(es)
+	align := max(1, 64/es)
+	roundE := C * P * ce
+	for off := 0; off < count; off += roundE {
+		rn := min(roundE, count-off)
+		bs := alignUp(ceilDiv(rn, C), align)
+		for s := 0; s < n; s++ {
+			b := mod(r-s, n)
+			for p := 0; p < P; p++ {
+				for ci := 0; ci < C; ci++ {
+					base := off + ci*bs
+					st := base + p*ce
+					en := min(base+min((p+1)*ce, bs), off+rn)
+					if st >= en {
+						continue
+					}
+					nc, pc := c.peers[next].ch[ci], c.peers[prev].ch[ci]
+					if s == 0 {
+						if err := c.forward(nc, in, in.at(st, en, es), raddr, rkey, (b*count+st)*es); err != nil {
+							return err
+						}
+						continue
+					}
+					o := out.at(b*count+st, b*count+en, es)
+					if err := c.arrive(pc, o, direct); err != nil {
+						return err
+					}
+					if s < n-1 {
+						if err := c.forward(nc, out, o, raddr, rkey, (b*count+st)*es); err != nil {
+							return err
+						}
+					}
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// ringReduceScatter: step s (0..n-1) handles block (r-s-1) mod n; partial
+// sums travel in staging chunks, the last step (block r) lands in out.
+func (c *Comm) ringReduceScatter(in, out mem, count int, dt DataType, op RedOp) error {
+	n, r, es := c.nranks, c.rank, dt.Size()
+	next, prev := (r+1)%n, (r-1+n)%n
+	C, P, ce := c.opts.Channels, c.piecesPerStep(), c.chunkElems(es)
+	align := max(1, 64/es)
+	roundE := C * P * ce
+	for off := 0; off < count; off += roundE {
+		rn := min(roundE, count-off)
+		bs := alignUp(ceilDiv(rn, C), align)
+		for s := 0; s < n; s++ {
+			b := mod(r-s-1, n)
+			for p := 0; p < P; p++ {
+				for ci := 0; ci < C; ci++ {
+					base := off + ci*bs
+					st := base + p*ce
+					en := min(base+min((p+1)*ce, bs), off+rn)
+					if st >= en {
+						continue
+					}
+					nc, pc := c.peers[next].ch[ci], c.peers[prev].ch[ci]
+					x := in.at(b*count+st, b*count+en, es)
+					if s == 0 {
+						if err := c.sendFrom(nc, in, x); err != nil {
+							return err
+						}
+						continue
+					}
+					slot, err := c.recv(pc, (en-st)*es)
+					if err != nil {
+						return err
+					}
+					if s == n-1 {
+						o := out.at(st, en, es)
+						apply(dt, op, o, slot, x)
+						c.finish(dt, op, o)
+						if err := c.release(pc); err != nil {
+							return err
+						}
+						continue
+					}
+					if err := c.reserve(nc); err != nil {
+						return err
+					}
+					buf, key, err := c.stage(nc)
+					if err != nil {
+						return err
+					}
+					o := buf[:len(x)]
+					apply(dt, op, o, slot, x)
+					if err := c.release(pc); err != nil {
+						return err
+					}
+					if err := c.post(nc, o, key); err != nil {
+						return err
+					}
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// chainBroadcast pipelines the data along root, root+1, ..., root-1.
+func (c *Comm) chainBroadcast(in, out mem, count, es, root int) error {
+	n, r := c.nranks, c.rank
+	q := mod(r-root, n)
+	next, prev := (r+1)%n, (r-1+n)%n
+	// Direct writes along the chain: each rank but the root tells its
+	// predecessor where its output is, and the last one has no successor.
+	var raddr uint64
+	var rkey uint32
+	direct := c.direct(count * es)
+	if direct {
+		var err error
+		if q > 0 {
+			var b [12]byte
+			pc := c.peers[prev].ch[0]
+			binary.LittleEndian.PutUint64(b[:], uint64(sys.Addr(out.b)))
+			binary.LittleEndian.PutUint32(b[8:], out.rg.rkeys[pc.q.ep.idx])
+			if err = c.sendSmall(pc, b[:]); err != nil {
+				return err
+			}
+		}
+		if q < n-1 {
+			nc := c.peers[next].ch[0]
+			m, err := c.recv(nc, 12)
+			if err != nil {
+				return err
+			}
+			raddr, rkey = binary.LittleEndian.Uint64(m), binary.LittleEndian.Uint32(m[8:])
+			if err := c.release(nc); err != nil {
+				return err
+			}
+		}
+	}
+	src := out
+	if q == 0 {
+		src = in
+		if &in.b[0] != &out.b[0] {
+			copy(out.b[:count*es], in.b[:count*es])
+		}
+	}
+	ce := c.chunkElems(es)
+	for p, st := 0, 0; st < count; p, st = p+1, st+ce {
+		en := min(st+ce, count)
+		o := src.at(st, en, es)
+		if q > 0 {
+			if err := c.arrive(c.ch(prev, p), o, direct); err != nil {
+				return err
+			}
+		}
+		if q < n-1 {
+			if err := c.forward(c.ch(next, p), src, o, raddr, rkey, st*es); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// chainReduce pipelines partial results along root+1, ..., root.
+func (c *Comm) chainReduce(in, out mem, count int, dt DataType, op RedOp, root int) error {
+	n, r, es := c.nranks, c.rank, dt.Size()
+	q := mod(r-root-1, n)
+	next, prev := (r+1)%n, (r-1+n)%n
+	if q == 0 {
+		return c.sendAll(next, in, count, es)
+	}
+	ce := c.chunkElems(es)
+	for p, st := 0, 0; st < count; p, st = p+1, st+ce {
+		en := min(st+ce, count)
+		pc := c.ch(prev, p)
+		slot, err := c.recv(pc, (en-st)*es)
+		if err != nil {
+			return err
+		}
+		x := in.at(st, en, es)
+		if q == n-1 {
+			o := out.at(st, en, es)
+			apply(dt, op, o, slot, x)
+			c.finish(dt, op, o)
+			if err := c.release(pc); err != nil {
+				return err
+			}
+			continue
+		}
+		nc := c.ch(next, p)
+		if err := c.reserve(nc); err != nil {
+			return err
+		}
+		buf, key, err := c.stage(nc)
+		if err != nil {
+			return err
+		}
+		o := buf[:len(x)]
+		apply(dt, op, o, slot, x)
+		if err := c.release(pc); err != nil {
+			return err
+		}
+		if err := c.post(nc, o, key); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// binomial returns the parent (-1 for the root) and the children, largest
+// subtree first, of relative rank q in a binomial tree of n ranks, mapped
+// back to real ranks around root. kids is reused.
+func binomial(q, n, root int, kids []int) (int, []int) {
+	parent := -1
+	lim := 1
+	for lim < n {
+		lim <<= 1
+	}
+	if q != 0 {
+		low := q & -q
+		parent = (q - low + root) % n
+		lim = low
+	}
+	kids = kids[:0]
+	for m := lim >> 1; m >= 1; m >>= 1 {
+		if q+m < n {
+			kids = append(kids, (q+m+root)%n)
+		}
+	}
+	return parent, kids
+}
+
+// treeBroadcast sends each piece down a binomial tree.
+func (c *Comm) treeBroadcast(in, out mem, count, es, root int) error {
+	var kb [64]int
+	q := mod(c.rank-root, c.nranks)
+	parent, kids := binomial(q, c.nranks, root, kb[:0])
+	src := out
+	if parent < 0 {
+		src = in
+		if &in.b[0] != &out.b[0] {
+			copy(out.b[:count*es], in.b[:count*es])
+		}
+	}
+	ce := c.chunkElems(es)
+	for p, st := 0, 0; st < count; p, st = p+1, st+ce {
+		en := min(st+ce, count)
+		if parent >= 0 {
+			pc := c.ch(parent, p)
+			slot, err := c.recv(pc, (en-st)*es)
+			if err != nil {
+				return err
+			}
+			copy(out.at(st, en, es), slot)
+			if err := c.release(pc); err != nil {
+				return err
+			}
+		}
+		for _, k := range kids {
+			if err := c.sendFrom(c.ch(k, p), src, src.at(st, en, es)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// treeReduce reduces each piece up a binomial tree, children smallest
+// subtree first (the order is fixed, so results are reproducible).
+func (c *Comm) treeReduce(in, out mem, count int, dt DataType, op RedOp, root int) error {
+	es := dt.Size()
+	var kb [64]int
+	q := mod(c.rank-root, c.nranks)
+	parent, kids := binomial(q, c.nranks, root, kb[:0])
+	ce := c.chunkElems(es)
+	for p, st := 0, 0; st < count; p, st = p+1, st+ce {
+		en := min(st+ce, count)
+		x := in.at(st, en, es)
+		if parent >= 0 && len(kids) == 0 {
+			if err := c.sendFrom(c.ch(parent, p), in, x); err != nil {
+				return err
+			}
+			continue
+		}
+		var acc []byte
+		var key uint32
+		var pc *channel
+		if parent >= 0 {
+			pc = c.ch(parent, p)
+			if err := c.reserve(pc); err != nil {
+				return err
+			}
+			buf, k, err := c.stage(pc)
+			if err != nil {
+				return err
+			}
+			acc, key = buf[:len(x)], k
+		} else {
+			acc = out.at(st, en, es)
+		}
+		cur := x
+		for i := len(kids) - 1; i >= 0; i-- {
+			kc := c.ch(kids[i], p)
+			slot, err := c.recv(kc, len(x))
+			if err != nil {
+				return err
+			}
+			apply(dt, op, acc, slot, cur)
+			cur = acc
+			if err := c.release(kc); err != nil {
+				return err
+			}
+		}
+		if parent < 0 {
+			if len(kids) == 0 {
+				copy(acc, x)
+			}
+			c.finish(dt, op, acc)
+			continue
+		}
+		if err := c.post(pc, acc, key); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// allToAll exchanges blocks pairwise: at step s, send to r+s, receive
+// from r-s.
+func (c *Comm) allToAll(in, out mem, count, es int) error {
+	n, r := c.nranks, c.rank
+	copy(out.at(r*count, (r+1)*count, es), in.at(r*count, (r+1)*count, es))
+	ce := c.chunkElems(es)
+	for s := 1; s < n; s++ {
+		dst, src := (r+s)%n, (r-s+n)%n
+		for p, st := 0, 0; st < count; p, st = p+1, st+ce {
+			en := min(st+ce, count)
+			if err := c.sendFrom(c.ch(dst, p), in, in.at(dst*count+st, dst*count+en, es)); err != nil {
+				return err
+			}
+			ch := c.ch(src, p)
+			slot, err := c.recv(ch, (en-st)*es)
+			if err != nil {
+				return err
+			}
+			copy(out.at(src*count+st, src*count+en, es), slot)
+			if err := c.release(ch); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// sendRecv sends scount elements of in to dst and receives rcount into out
+// from src (either may be -1), interleaving pieces.
+func (c *Comm) sendRecv(in mem, scount, dst int, out mem, rcount, src, es int, ssig, rsig uint32) error {
+	ce := c.chunkElems(es)
+	if dst < 0 {
+		scount = 0
+	}
+	if src < 0 {
+		rcount = 0
+	}
+	for p, st := 0, 0; st < scount || st < rcount; p, st = p+1, st+ce {
+		if st < scount {
+			c.op.sig = ssig
+			if err := c.sendFrom(c.ch(dst, p), in, in.at(st, min(st+ce, scount), es)); err != nil {
+				return err
+			}
+		}
+		if st < rcount {
+			en := min(st+ce, rcount)
+			ch := c.ch(src, p)
+			c.op.sig = rsig
+			slot, err := c.recv(ch, (en-st)*es)
+			if err != nil {
+				return err
+			}
+			copy(out.at(st, en, es), slot)
+			if err := c.release(ch); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// barrier: dissemination, log2(n) rounds of empty messages.
+func (c *Comm) barrier() error {
+	n, r := c.nranks, c.rank
+	for k := 1; k < n; k <<= 1 {
+		if err := c.send(c.peers[(r+k)%n].ch[0], nil, 0); err != nil {
+			return err
+		}
+		ch := c.peers[(r-k+n)%n].ch[0]
+		if _, err := c.recv(ch, 0); err != nil {
+			return err
+		}
+		if err := c.release(ch); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,49 @@
+package coll
+
+import (
+	"context"
+	"fmt"
+	"testing"
+)
+
+var allKinds = []string{"allreduce", "reducescatter", "allgather", "broadcast", "reduce", "alltoall", "sendrecv", "sendpair", "barrier"}
+
+// TestInProcess runs the full type × operator matrix on goroutine ranks
+// over shm, with small chunks so that pieces, rounds and channels are all
+// exercised.
+func TestInProcess(t *testing.T) {
+	for _, n := range []int{2, 3} {
+		for _, tr := range []string{"shm", "tcp"} {
+			t.Run(fmt.Sprintf("n%d/%s", n, tr), func(t *testing.T) {
+				sc := scenario{kinds: allKinds, types: DataTypes, ops: RedOps, counts: []int{1, 7, 3001},
+					algos: []Algorithm{AlgoRing, AlgoTree}, roots: []int{0, 1}}
+				if tr == "tcp" || testing.Short() {
+					sc.types = []DataType{Int8, Float16, Float32, Float64}
+					sc.ops = []RedOp{Sum, Max, Avg}
+				}
+				noErrors(t, runRanks(t, n, Options{Transport: tr, ChunkSize: 4096, Slots: 4, Channels: 2}, func(c *Comm) error {
+					return exercise(context.Background(), c, sc)
+				}))
+			})
+		}
+	}
+}
+
+// TestLargeCounts moves counts that take many chunks, rounds and FIFO
+// wrap-arounds, on fewer types.
+func TestLargeCounts(t *testing.T) {
+	counts := []int{20011, 100003}
+	if testing.Short() {
+		counts = counts[:1]
+	}
+	for _, tr := range []string{"shm", "tcp"} {
+		t.Run(tr, func(t *testing.T) {
+			sc := scenario{kinds: allKinds, types: []DataType{Float32, Float16}, ops: []RedOp{Sum, Avg}, counts: counts,
+				algos: []Algorithm{AlgoRing, AlgoTree}, roots: []int{2}}
+			chunk := map[string]int{"shm": 4096, "tcp": 16384}[tr]
+			noErrors(t, runRanks(t, 3, Options{Transport: tr, ChunkSize: chunk, Slots: 4, Channels: 2}, func(c *Comm) error {
+				return exercise(context.Background(), c, sc)
+			}))
+		})
+	}
+}

@@ -1,0 +1,386 @@
+package coll
+
+// Goroutines. Collective calls run entirely in the caller's goroutine:
+// they post RDMA writes and busy-poll memory and completion queues
+// themselves; one call runs at a time per communicator (opMu). Each
+// communicator has one watcher goroutine reading its bootstrap
+// connection: it records aborts (failed), departures (gone) and the end of
+// Close's rendezvous (allBye). The transports run their own goroutines
+// (tcp: one reader per QP).
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rdmakit/rdmakit/internal/sys"
+	"github.com/rdmakit/rdmakit/verbs"
+
+	_ "github.com/rdmakit/rdmakit/transport/shm" // shm0 between ranks of a host
+	_ "github.com/rdmakit/rdmakit/transport/tcp" // tcp0 between hosts
+)
+
+// Comm is one rank's handle of a communicator. Its methods are safe for
+// concurrent use, but collectives are executed one at a time, in call
+// order; every rank must call the same collectives in the same order.
+type Comm struct {
+	rank, nranks int
+	opts         Options
+	infos        []rankInfo
+	local        int  // ranks on this host, this one included
+	allSync      bool // every pair of ranks talks over a synchronous endpoint (shm)
+	spinFor      time.Duration
+
+	boot   *frameConn
+	root   *root // served by this process for this communicator, or nil
+	eps    []*endpoint
+	peers  []*peer // by rank; nil for this rank
+	allBye chan struct{}
+	wdone  chan struct{}
+
+	failed atomic.Pointer[error] // set once: the communicator's end
+	gone   []atomic.Bool         // ranks that left cleanly
+	closed atomic.Bool
+
+	// opMu serialises collectives; it guards the fields below, which only
+	// the goroutine inside a collective touches.
+	opMu     sync.Mutex
+	seq      uint32
+	sendSeq  []uint32 // point-to-point messages sent to each rank
+	recvSeq  []uint32 // and received from each
+	op       opState
+	bounceIn region
+	bounceOu region
+
+	// memMu guards regions.
+	memMu   sync.Mutex
+	regions []*region // sorted by address
+	lastHit atomic.Pointer[region]
+}
+
+// region is memory registered with every endpoint of the communicator,
+// writable by peers (direct writes, see algo.go).
+type region struct {
+	buf   []byte
+	addr  uintptr
+	mrs   [2]*verbs.MR
+	keys  [2]uint32 // lkeys by endpoint
+	rkeys [2]uint32
+}
+
+// Rank returns this rank's index.
+func (c *Comm) Rank() int { return c.rank }
+
+// Size returns the number of ranks.
+func (c *Comm) Size() int { return c.nranks }
+
+// LocalRanks returns how many ranks (this one included) share this host.
+func (c *Comm) LocalRanks() int { return c.local }
+
+// Transport returns the device used to reach rank r ("shm0", "tcp0"), or
+// "" for this rank.
+func (c *Comm) Transport(r int) string {
+	if r < 0 || r >= c.nranks || c.peers[r] == nil {
+		return ""
+	}
+	return c.peers[r].ep.dev
+}
+
+// Devices returns the devices this rank uses to reach its peers.
+func (c *Comm) Devices() []string {
+	var d []string
+	for _, ep := range c.eps {
+		d = append(d, ep.dev)
+	}
+	return d
+}
+
+// Options returns the options in effect (environment and defaults
+// applied).
+func (c *Comm) Options() Options { return c.opts }
+
+func newComm(ctx context.Context, addr string, nonce uint64, nranks, rank int, o Options, r *root) (*Comm, error) {
+	fc, infos, err := joinRoot(ctx, addr, nonce, rank, nranks, o.BootstrapTimeout)
+	if err != nil {
+		return nil, err
+	}
+	c := &Comm{
+		rank: rank, nranks: nranks, opts: o, infos: infos, boot: fc, root: r,
+		peers: make([]*peer, nranks), gone: make([]atomic.Bool, nranks),
+		sendSeq: make([]uint32, nranks), recvSeq: make([]uint32, nranks),
+		allBye: make(chan struct{}), wdone: make(chan struct{}),
+	}
+	for _, in := range infos {
+		if in.Host == infos[rank].Host {
+			c.local++
+		}
+	}
+	c.allSync = c.local == nranks && o.Transport != "tcp"
+	c.spinFor = 50 * time.Microsecond
+	if c.local > runtime.NumCPU() {
+		c.spinFor = 2 * time.Microsecond // oversubscribed: let the others run
+	}
+	if err := c.setup(ctx); err != nil {
+		// Tell the others at once rather than letting them time out.
+		var e enc
+		e.u32(uint32(rank))
+		e.str("setup failed: " + err.Error())
+		e.u32(0)
+		fc.write(msgAbort, e)
+		fc.close()
+		c.freeAll()
+		return nil, fmt.Errorf("%w: rank %d: %w", ErrBootstrap, rank, err)
+	}
+	for _, ep := range c.eps {
+		if !ep.sync {
+			// Progress over tcp needs the transport's reader goroutines,
+			// which compete with spinning ranks for the cores.
+			c.spinFor = min(c.spinFor, 5*time.Microsecond)
+		}
+	}
+	if d, err := envDuration(EnvSpin, c.spinFor); err == nil {
+		c.spinFor = d
+	}
+	go c.watch()
+	return c, nil
+}
+
+// watch reads the bootstrap connection until it ends.
+func (c *Comm) watch() {
+	defer close(c.wdone)
+	byeSeen := false
+	for {
+		typ, p, err := c.boot.read()
+		if err != nil {
+			if !c.closed.Load() {
+				c.fail(fmt.Errorf("%w: connection to the bootstrap root (rank 0's process) lost: %v", ErrPeerLost, err), false)
+			}
+			if !byeSeen {
+				close(c.allBye)
+			}
+			return
+		}
+		d := dec{b: p}
+		switch typ {
+		case msgAbort:
+			rk := int(d.u32())
+			reason := d.str()
+			kind := ErrAborted
+			if k := int(d.u32()); d.err == nil && k < len(abortKinds) {
+				kind = abortKinds[k]
+			}
+			var err error = fmt.Errorf("%w: rank %d failed: %s", ErrAborted, rk, reason)
+			if kind != ErrAborted {
+				err = fmt.Errorf("%w (%w): rank %d failed: %s", ErrAborted, kind, rk, reason)
+			}
+			c.fail(err, false)
+		case msgLeft:
+			if rk := int(d.u32()); rk >= 0 && rk < c.nranks {
+				c.gone[rk].Store(true)
+			}
+		case msgAllBye:
+			if !byeSeen {
+				byeSeen = true
+				close(c.allBye)
+			}
+		case msgError:
+			c.fail(fmt.Errorf("%w: root: %s", ErrAborted, p), false)
+		}
+	}
+}
+
+// abortKinds are the causes an ABORT message can name, so that other
+// ranks' errors match the same sentinel (index on the wire).
+var abortKinds = []error{ErrAborted, ErrPeerLost, ErrTimeout, ErrMismatch}
+
+func abortKind(err error) uint32 {
+	for i := len(abortKinds) - 1; i > 0; i-- {
+		if errors.Is(err, abortKinds[i]) {
+			return uint32(i)
+		}
+	}
+	return 0
+}
+
+// fail ends the communicator with err (the first error wins) and, when it
+// is this rank's own error, tells the other ranks through the root.
+func (c *Comm) fail(err error, tell bool) error {
+	if c.failed.CompareAndSwap(nil, &err) && tell {
+		var e enc
+		e.u32(uint32(c.rank))
+		e.str(err.Error())
+		e.u32(abortKind(err))
+		c.boot.write(msgAbort, e)
+	}
+	return *c.failed.Load()
+}
+
+// Err returns the error that ended the communicator, or nil.
+func (c *Comm) Err() error {
+	if p := c.failed.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// Abort ends the communicator now: other ranks' collectives fail with
+// ErrAborted instead of waiting for this one. Close must still be called.
+func (c *Comm) Abort(reason string) {
+	c.fail(fmt.Errorf("%w: rank %d aborted: %s", ErrAborted, c.rank, reason), true)
+}
+
+// Close leaves the communicator and releases its resources. Close is
+// collective: it waits (up to the bootstrap timeout) for the other ranks
+// to close too, so that none loses a peer it still talks to; a failed
+// communicator closes at once.
+func (c *Comm) Close() error {
+	if c.closed.Swap(true) {
+		return nil
+	}
+	c.opMu.Lock()
+	defer c.opMu.Unlock()
+	c.boot.write(msgBye, nil)
+	if c.Err() == nil {
+		select {
+		case <-c.allBye:
+		case <-time.After(c.opts.BootstrapTimeout):
+		}
+	}
+	c.boot.close()
+	<-c.wdone
+	c.freeAll()
+	if c.root != nil {
+		select {
+		case <-c.root.done:
+		case <-time.After(time.Second):
+			c.root.close()
+		}
+	}
+	return nil
+}
+
+// freeAll frees verbs resources (no collective may be running).
+func (c *Comm) freeAll() {
+	c.memMu.Lock()
+	c.regions = nil
+	c.lastHit.Store(nil)
+	c.memMu.Unlock()
+	for _, ep := range c.eps {
+		ep.ctx.Close() // destroys QPs, CQs and regions
+	}
+	c.eps = nil
+}
+
+// Alloc returns n bytes of memory registered with every transport of the
+// communicator (zeroed, page aligned, off the Go heap). Collectives on it
+// run without staging copies. Free it with Free before Close; Close
+// releases what is left.
+func (c *Comm) Alloc(n int) ([]byte, error) {
+	if n < 0 {
+		return nil, fmt.Errorf("%w: negative size", ErrInvalidArgument)
+	}
+	if c.closed.Load() {
+		return nil, ErrClosed
+	}
+	rg, err := c.newRegion(max(n, 1))
+	if err != nil {
+		return nil, err
+	}
+	c.memMu.Lock()
+	i := sort.Search(len(c.regions), func(i int) bool { return c.regions[i].addr >= rg.addr })
+	c.regions = append(c.regions, nil)
+	copy(c.regions[i+1:], c.regions[i:])
+	c.regions[i] = rg
+	c.memMu.Unlock()
+	return rg.buf[:n:n], nil
+}
+
+// Free releases memory from Alloc.
+func (c *Comm) Free(b []byte) error {
+	if cap(b) == 0 {
+		return nil
+	}
+	addr := sys.Addr(b[:1])
+	c.memMu.Lock()
+	i := sort.Search(len(c.regions), func(i int) bool { return c.regions[i].addr >= addr })
+	if i == len(c.regions) || c.regions[i].addr != addr {
+		c.memMu.Unlock()
+		return fmt.Errorf("%w: Free of memory not from Alloc", ErrInvalidArgument)
+	}
+	rg := c.regions[i]
+	c.regions = append(c.regions[:i], c.regions[i+1:]...)
+	c.lastHit.Store(nil)
+	c.memMu.Unlock()
+	c.freeRegion(rg)
+	return nil
+}
+
+// newRegion allocates memory in the first endpoint and registers it with
+// the others (only the first can be shm, which serves its own memory
+// only; tcp registers any memory).
+func (c *Comm) newRegion(n int) (*region, error) {
+	if len(c.eps) == 0 {
+		// A single rank has no endpoints: plain memory does.
+		b := make([]byte, n)
+		return &region{buf: b, addr: sys.Addr(b)}, nil
+	}
+	const access = verbs.AccessLocalWrite | verbs.AccessRemoteWrite
+	mr, err := c.eps[0].pd.AllocMR(n, access)
+	if err != nil {
+		return nil, fmt.Errorf("coll: allocating %d bytes: %w", n, err)
+	}
+	rg := &region{buf: mr.Bytes(), addr: uintptr(mr.Addr())}
+	rg.mrs[0], rg.keys[0], rg.rkeys[0] = mr, mr.LKey(), mr.RKey()
+	for i := 1; i < len(c.eps); i++ {
+		m, err := c.eps[i].pd.RegMR(rg.buf, access)
+		if err != nil {
+			c.freeRegion(rg)
+			return nil, fmt.Errorf("coll: registering %d bytes with %s: %w", n, c.eps[i].dev, err)
+		}
+		rg.mrs[i], rg.keys[i], rg.rkeys[i] = m, m.LKey(), m.RKey()
+	}
+	return rg, nil
+}
+
+func (c *Comm) freeRegion(rg *region) {
+	for i := len(rg.mrs) - 1; i >= 0; i-- {
+		if rg.mrs[i] != nil {
+			rg.mrs[i].Dereg()
+		}
+	}
+}
+
+// lookup finds the registered region holding all of b.
+func (c *Comm) lookup(b []byte) *region {
+	if len(b) == 0 {
+		return nil
+	}
+	addr := sys.Addr(b)
+	end := addr + uintptr(len(b))
+	if rg := c.lastHit.Load(); rg != nil && addr >= rg.addr && end <= rg.addr+uintptr(len(rg.buf)) {
+		return rg
+	}
+	c.memMu.Lock()
+	defer c.memMu.Unlock()
+	i := sort.Search(len(c.regions), func(i int) bool { return c.regions[i].addr > addr }) - 1
+	if i < 0 {
+		return nil
+	}
+	rg := c.regions[i]
+	if end <= rg.addr+uintptr(len(rg.buf)) {
+		c.lastHit.Store(rg)
+		return rg
+	}
+	return nil
+}
+
+// String describes the communicator.
+func (c *Comm) String() string {
+	return fmt.Sprintf("coll.Comm(rank %d of %d, pid %d)", c.rank, c.nranks, os.Getpid())
+}

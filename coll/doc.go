@@ -1,0 +1,107 @@
+// Package coll provides NCCL-style collective communication over rdmakit's
+// verbs: a communicator of N ranks (processes, or goroutines) and
+// AllReduce, AllGather, ReduceScatter, Broadcast, Reduce, AllToAll,
+// Send/Recv and Barrier on int8 … float64, float16 and bfloat16 with sum,
+// prod, min, max and avg.
+//
+// # Forming a communicator
+//
+// As with ncclGetUniqueId / ncclCommInitRank: one process calls
+// GetUniqueID, which starts a rendezvous root and returns an id naming it;
+// the id is handed to every rank (UniqueID.String / ParseUniqueID), and
+// each rank calls NewComm(ctx, id, nranks, rank, opts).
+//
+// Under a launcher, InitFromEnv reads the rank and size from the
+// environment (see DetectLaunch): torchrun-style launchers (RANK,
+// WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT), Open MPI's mpirun
+// (OMPI_COMM_WORLD_RANK/SIZE/LOCAL_RANK plus RDMAKIT_COLL_ADDR=host:port of
+// rank 0, passed with mpirun -x), MPICH/Hydra (PMI_RANK/PMI_SIZE), Slurm's
+// srun (SLURM_PROCID, SLURM_NTASKS; rendezvous on the step's first node)
+// and Kubernetes indexed Jobs (JOB_COMPLETION_INDEX with WORLD_SIZE).
+// Rank 0 serves the rendezvous on the address's port.
+//
+// Bootstrap runs over TCP: every rank connects to the root, which hands
+// out the table of ranks, relays the connection data of each pair of
+// ranks, and stays connected to all of them for the communicator's life.
+// If ranks are missing, every rank that did join fails with ErrBootstrap
+// naming them, within the bootstrap timeout.
+//
+// # Transports and topology
+//
+// Ranks exchange their host identity (kernel boot id and PID namespace)
+// at bootstrap. Ranks of one host talk over shm0 (transport/shm: one-sided
+// writes are copies into the peer's mapped memory), ranks of different
+// hosts over tcp0 (transport/tcp), with the peer's IP address as the
+// bootstrap saw it. RDMAKIT_COLL_TRANSPORT=shm|tcp (or Options.Transport)
+// forces one.
+//
+// # How data moves
+//
+// Each pair of ranks is connected by Channels reliable-connected QPs. A
+// rank sends a message by an RDMA write of the data into a slot of the
+// receiver's FIFO followed by an 8-byte write of a flag word; the receiver
+// busy-polls the flag, uses the data in place, and returns credits by
+// writing into the sender's memory (see proto.go). Large messages are cut
+// into chunks, pipelined through the FIFOs and striped over the channels.
+// The flag carries a signature of the call (collective, count, type,
+// operator, root, algorithm, sequence number), so ranks that call
+// different collectives fail with ErrMismatch instead of exchanging
+// garbage.
+//
+// AllReduce uses a ring (reduce-scatter then all-gather, bandwidth-
+// optimal) or recursive doubling (log₂ N steps, for small messages);
+// Broadcast and Reduce a pipelined chain or a binomial tree; the choice
+// depends on message size (Options.TreeThreshold) unless
+// RDMAKIT_COLL_ALGO=ring|tree or Options.Algorithm forces it. AllGather and
+// ReduceScatter use the ring, AllToAll pairwise exchange.
+//
+// Collectives run in the calling goroutine and allocate nothing per call
+// once warm. They wait for shm peers by spinning (yielding the CPU as waits
+// grow, sooner when ranks outnumber cores) and for tcp peers by sleeping a
+// microsecond at a time, which leaves the processor to the Go network
+// poller that runs tcp0's reader goroutines.
+//
+// # Buffers
+//
+// Buffers are byte slices holding a whole number of elements. Memory from
+// Comm.Alloc is registered with every transport and used in place; any
+// other memory is staged through registered bounce buffers (one copy in,
+// one copy out). Slice and Bytes convert between []byte and typed slices;
+// F16 and BF16 hold half-precision values. In place is supported as in
+// NCCL: the same buffer for AllReduce, Broadcast, Reduce and AllToAll; for
+// AllGather send is recv's block Rank(), for ReduceScatter recv is send's
+// block Rank().
+//
+// # Errors
+//
+// A collective that cannot complete returns an error wrapping one of the
+// sentinel errors: ErrTimeout (a peer made no progress within
+// Options.Timeout or the context's deadline), ErrPeerLost (a peer process
+// died, or closed the communicator), ErrMismatch, ErrAborted (another rank
+// failed, or Abort was called; wrapping the cause when known). After such
+// an error the communicator is finished everywhere: the failing rank tells
+// the others through the root, so they fail at once instead of waiting for
+// their timeout. Invalid arguments (ErrInvalidArgument) leave it usable.
+//
+// # Environment
+//
+//	RDMAKIT_COLL_ID              unique id of a root already running (launchers)
+//	RDMAKIT_COLL_RANK, _NRANKS   rank and size, winning over other launchers' variables
+//	RDMAKIT_COLL_ADDR, _PORT     rendezvous address (rank 0 listens there)
+//	RDMAKIT_COLL_TIMEOUT         stall timeout of a collective (default 5m)
+//	RDMAKIT_COLL_BOOTSTRAP_TIMEOUT  forming the communicator, and Close (default 2m)
+//	RDMAKIT_COLL_ALGO            ring | tree | auto
+//	RDMAKIT_COLL_TREE_THRESHOLD  bytes below which auto picks tree (default 64K)
+//	RDMAKIT_COLL_TRANSPORT       shm | tcp | auto
+//	RDMAKIT_COLL_CHANNELS        QPs per peer (default 2)
+//	RDMAKIT_COLL_CHUNK           pipeline chunk bytes (default 256K)
+//	RDMAKIT_COLL_SLOTS           FIFO depth in chunks (default 8)
+//	RDMAKIT_COLL_SPIN            how long a wait spins before yielding (default 50µs; 2µs oversubscribed)
+//
+// # Goroutines
+//
+// Collectives run in the caller's goroutine, one at a time per
+// communicator. Each communicator has a watcher goroutine on its bootstrap
+// connection; the process serving the rendezvous runs the root's
+// goroutines (one per rank); the transports run their own.
+package coll

@@ -1,0 +1,210 @@
+package coll
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+// The test binary doubles as a rank process: the parent test starts it
+// with childEnv naming a scenario and the rank in coll's own launcher
+// variables (RDMAKIT_COLL_ID, RDMAKIT_COLL_RANK, RDMAKIT_COLL_NRANKS).
+const childEnv = "RDMAKIT_COLL_TEST_CHILD"
+
+// Exit codes of a rank process.
+const (
+	exitOK       = 0
+	exitFailed   = 1
+	exitPeerLost = 3 // the collective failed because another rank died
+)
+
+func TestMain(m *testing.M) {
+	if s := os.Getenv(childEnv); s != "" {
+		os.Exit(childMain(s))
+	}
+	code := m.Run()
+	if code == 0 {
+		// Transports keep short-lived goroutines for a moment after
+		// Close; give them time before looking for leaks.
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goroutine leak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+func childMain(scenarioName string) int {
+	ctx := context.Background()
+	c, err := InitFromEnv(ctx, &Options{Timeout: 30 * time.Second, BootstrapTimeout: 30 * time.Second})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "child:", err)
+		return exitFailed
+	}
+	defer c.Close()
+	switch scenarioName {
+	case "matrix":
+		sc := scenario{kinds: allKinds, types: []DataType{Uint8, Float16, Int32, Float64}, ops: []RedOp{Sum, Prod, Max, Avg},
+			counts: []int{1, 3, 1001}, algos: []Algorithm{AlgoRing, AlgoTree}, roots: []int{0, 3}}
+		if err := exercise(ctx, c, sc); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return exitFailed
+		}
+		return exitOK
+	case "killloop":
+		// All-reduce until something breaks; the parent kills one rank.
+		buf, _ := c.Alloc(64 << 10)
+		c.opts.Timeout, _ = time.ParseDuration(os.Getenv("KILL_TIMEOUT"))
+		fmt.Println("ready")
+		for i := 0; ; i++ {
+			if err := c.AllReduce(ctx, buf, buf, Float32, Sum); err != nil {
+				fmt.Fprintf(os.Stderr, "rank %d after %d all-reduces: %v\n", c.Rank(), i, err)
+				if errors.Is(err, ErrPeerLost) || errors.Is(err, ErrAborted) || errors.Is(err, ErrTimeout) {
+					return exitPeerLost
+				}
+				return exitFailed
+			}
+		}
+	}
+	fmt.Fprintln(os.Stderr, "unknown scenario", scenarioName)
+	return exitFailed
+}
+
+type rankProc struct {
+	cmd    *exec.Cmd
+	out    syncBuffer
+	stderr syncBuffer
+	done   chan struct{}
+}
+
+// syncBuffer is a bytes.Buffer the exec copier writes while the test reads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// spawnRanks starts n rank processes running scenario; this process serves
+// the rendezvous.
+func spawnRanks(t *testing.T, n int, scenario string, env ...string) []*rankProc {
+	t.Helper()
+	id, err := GetUniqueID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	procs := make([]*rankProc, n)
+	for r := range procs {
+		p := &rankProc{done: make(chan struct{})}
+		p.cmd = exec.Command(exe, "-test.run=^$")
+		p.cmd.Env = append(append(os.Environ(), childEnv+"="+scenario, EnvID+"="+id.String(),
+			EnvRank+"="+strconv.Itoa(r), EnvNRanks+"="+strconv.Itoa(n)), env...)
+		p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.stderr
+		p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		if err := p.cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		go func() { p.cmd.Wait(); close(p.done) }()
+		procs[r] = p
+	}
+	t.Cleanup(func() {
+		for _, p := range procs {
+			p.cmd.Process.Kill()
+			<-p.done
+		}
+	})
+	return procs
+}
+
+func waitRanks(t *testing.T, procs []*rankProc, limit time.Duration) []int {
+	t.Helper()
+	codes := make([]int, len(procs))
+	deadline := time.After(limit)
+	for r, p := range procs {
+		select {
+		case <-p.done:
+			codes[r] = p.cmd.ProcessState.ExitCode()
+		case <-deadline:
+			for q, p := range procs {
+				t.Logf("rank %d stderr:\n%s", q, p.stderr.String())
+			}
+			t.Fatalf("rank %d still running after %v", r, limit)
+		}
+	}
+	return codes
+}
+
+// TestMultiProcess runs a lean matrix with 4 and 5 rank processes (more
+// ranks than cores: it exercises the yielding waits too).
+func TestMultiProcess(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-process matrix in -short mode")
+	}
+	for _, n := range []int{4, 5} {
+		t.Run(fmt.Sprintf("n%d", n), func(t *testing.T) {
+			procs := spawnRanks(t, n, "matrix", EnvChunk+"=8192", EnvSlots+"=4")
+			for r, code := range waitRanks(t, procs, 90*time.Second) {
+				if code != exitOK {
+					t.Errorf("rank %d exited %d:\n%s", r, code, procs[r].stderr.String())
+				}
+			}
+		})
+	}
+}
+
+// TestKilledRank kills one rank process in the middle of a stream of
+// all-reduces: every other rank must fail with an error, promptly.
+func TestKilledRank(t *testing.T) {
+	const n = 3
+	procs := spawnRanks(t, n, "killloop", "KILL_TIMEOUT=20s")
+	// Wait until they all run.
+	deadline := time.Now().Add(30 * time.Second)
+	for r := 0; r < n; r++ {
+		for !strings.Contains(procs[r].out.String(), "ready") {
+			if time.Now().After(deadline) {
+				t.Fatalf("rank %d never got ready: %s", r, procs[r].stderr.String())
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	time.Sleep(200 * time.Millisecond)
+	start := time.Now()
+	procs[1].cmd.Process.Kill()
+	<-procs[1].done
+	for _, r := range []int{0, 2} {
+		select {
+		case <-procs[r].done:
+		case <-time.After(15 * time.Second):
+			t.Fatalf("rank %d did not notice rank 1's death within 15s", r)
+		}
+		if code := procs[r].cmd.ProcessState.ExitCode(); code != exitPeerLost {
+			t.Errorf("rank %d exited %d, want %d:\n%s", r, code, exitPeerLost, procs[r].stderr.String())
+		}
+	}
+	t.Logf("others failed %v after the kill: %s", time.Since(start).Round(time.Millisecond), strings.TrimSpace(procs[0].stderr.String()))
+}

@@ -1,0 +1,180 @@
+package coll
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Options tune a communicator. The zero value is ready to use: each zero
+// field takes its value from the environment variable named in its
+// comment, or else the default. A non-zero field wins over the
+// environment.
+type Options struct {
+	// Timeout is how long a collective waits for any one message or
+	// credit from a peer before failing with ErrTimeout (and aborting the
+	// communicator). RDMAKIT_COLL_TIMEOUT (a Go duration or seconds);
+	// default 5m. A context deadline shortens it.
+	Timeout time.Duration
+	// BootstrapTimeout bounds forming the communicator: reaching the
+	// root, all ranks joining, connection setup, and the wait for all
+	// ranks in Close. RDMAKIT_COLL_BOOTSTRAP_TIMEOUT; default 2m.
+	BootstrapTimeout time.Duration
+	// Algorithm forces ring or tree for AllReduce, Broadcast and Reduce.
+	// RDMAKIT_COLL_ALGO (ring, tree, auto); default auto: tree below
+	// TreeThreshold bytes, ring above.
+	Algorithm Algorithm
+	// TreeThreshold is the message size (bytes) below which auto picks
+	// the tree algorithms. RDMAKIT_COLL_TREE_THRESHOLD; default 64 KiB.
+	TreeThreshold int
+	// Transport forces the transport between all ranks: "shm" (same host
+	// only) or "tcp". RDMAKIT_COLL_TRANSPORT; default "auto": shm0
+	// between ranks of one host, tcp0 between hosts.
+	Transport string
+	// Channels is the number of QP pairs to each peer over which large
+	// messages are striped. RDMAKIT_COLL_CHANNELS; default 2.
+	Channels int
+	// ChunkSize is the size of one pipelined message (and of a slot of a
+	// receive FIFO). RDMAKIT_COLL_CHUNK (bytes, K/M suffixes); default
+	// 256 KiB. Rounded to a multiple of 4 KiB.
+	ChunkSize int
+	// Slots is the depth of each receive FIFO (messages in flight per
+	// channel). RDMAKIT_COLL_SLOTS; default 8, at least 4.
+	Slots int
+}
+
+const (
+	defaultTimeout          = 5 * time.Minute
+	defaultBootstrapTimeout = 2 * time.Minute
+	defaultTreeThreshold    = 64 << 10
+	defaultChannels         = 2
+	defaultChunk            = 256 << 10
+	defaultSlots            = 8
+	maxChannels             = 16
+)
+
+// Environment variables read by Options and InitFromEnv.
+const (
+	EnvTimeout          = "RDMAKIT_COLL_TIMEOUT"
+	EnvBootstrapTimeout = "RDMAKIT_COLL_BOOTSTRAP_TIMEOUT"
+	EnvAlgo             = "RDMAKIT_COLL_ALGO"
+	EnvTreeThreshold    = "RDMAKIT_COLL_TREE_THRESHOLD"
+	EnvTransport        = "RDMAKIT_COLL_TRANSPORT"
+	EnvChannels         = "RDMAKIT_COLL_CHANNELS"
+	EnvChunk            = "RDMAKIT_COLL_CHUNK"
+	EnvSlots            = "RDMAKIT_COLL_SLOTS"
+	// EnvSpin is how long a wait spins before it starts yielding the CPU
+	// (default 50µs, 5µs with tcp peers, 2µs with more ranks than cores).
+	EnvSpin = "RDMAKIT_COLL_SPIN"
+)
+
+// resolve fills zero fields from the environment and defaults.
+func (o Options) resolve() (Options, error) {
+	var err error
+	if o.Timeout == 0 {
+		if o.Timeout, err = envDuration(EnvTimeout, defaultTimeout); err != nil {
+			return o, err
+		}
+	}
+	if o.BootstrapTimeout == 0 {
+		if o.BootstrapTimeout, err = envDuration(EnvBootstrapTimeout, defaultBootstrapTimeout); err != nil {
+			return o, err
+		}
+	}
+	if o.Algorithm == AlgoAuto {
+		if s := os.Getenv(EnvAlgo); s != "" {
+			if o.Algorithm, err = ParseAlgorithm(s); err != nil {
+				return o, fmt.Errorf("%s: %w", EnvAlgo, err)
+			}
+		}
+	}
+	if o.Algorithm > AlgoTree {
+		return o, fmt.Errorf("%w: algorithm %d", ErrInvalidArgument, o.Algorithm)
+	}
+	if o.Transport == "" {
+		o.Transport = strings.ToLower(os.Getenv(EnvTransport))
+	}
+	switch o.Transport {
+	case "", "auto":
+		o.Transport = "auto"
+	case "shm", "tcp":
+	default:
+		return o, fmt.Errorf("%w: transport %q (auto, shm or tcp)", ErrInvalidArgument, o.Transport)
+	}
+	for _, f := range []struct {
+		v   *int
+		env string
+		def int
+		min int
+	}{
+		{&o.TreeThreshold, EnvTreeThreshold, defaultTreeThreshold, 0},
+		{&o.Channels, EnvChannels, defaultChannels, 1},
+		{&o.ChunkSize, EnvChunk, defaultChunk, 4096},
+		{&o.Slots, EnvSlots, defaultSlots, 4},
+	} {
+		if *f.v == 0 {
+			if *f.v, err = envSize(f.env, f.def); err != nil {
+				return o, err
+			}
+		}
+		if *f.v < f.min {
+			return o, fmt.Errorf("%w: %s %d below %d", ErrInvalidArgument, f.env, *f.v, f.min)
+		}
+	}
+	o.Channels = min(o.Channels, maxChannels)
+	o.ChunkSize = (o.ChunkSize + 4095) &^ 4095
+	if o.ChunkSize > 64<<20 || o.Slots > 256 {
+		return o, fmt.Errorf("%w: chunk %d bytes × %d slots is too large", ErrInvalidArgument, o.ChunkSize, o.Slots)
+	}
+	return o, nil
+}
+
+func envDuration(name string, def time.Duration) (time.Duration, error) {
+	s := os.Getenv(name)
+	if s == "" {
+		return def, nil
+	}
+	if d, err := time.ParseDuration(s); err == nil && d >= 0 {
+		return d, nil
+	}
+	if f, err := strconv.ParseFloat(s, 64); err == nil && f >= 0 {
+		return time.Duration(f * float64(time.Second)), nil
+	}
+	return 0, fmt.Errorf("%w: %s=%q is not a duration", ErrInvalidArgument, name, s)
+}
+
+func envSize(name string, def int) (int, error) {
+	s := os.Getenv(name)
+	if s == "" {
+		return def, nil
+	}
+	v, err := ParseSize(s)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", name, err)
+	}
+	return v, nil
+}
+
+// ParseSize parses a byte count with an optional K, M or G suffix (powers
+// of 1024), as nccl-tests' -b and -e do.
+func ParseSize(s string) (int, error) {
+	t := strings.TrimSpace(s)
+	mul := 1
+	if n := len(t); n > 0 {
+		switch t[n-1] {
+		case 'k', 'K':
+			mul, t = 1<<10, t[:n-1]
+		case 'm', 'M':
+			mul, t = 1<<20, t[:n-1]
+		case 'g', 'G':
+			mul, t = 1<<30, t[:n-1]
+		}
+	}
+	v, err := strconv.ParseInt(t, 0, 64)
+	if err != nil || v < 0 {
+		return 0, fmt.Errorf("%w: size %q", ErrInvalidArgument, s)
+	}
+	return int(v) * mul, nil
+}

@@ -1,0 +1,568 @@
+package coll
+
+// Message passing between ranks, on top of RDMA writes. Everything here
+// runs in the goroutine executing a collective.
+//
+// A message k (counted per channel and direction from 0) goes to FIFO
+// slot k mod Slots: one write of the data into the slot, then one 8-byte
+// write of the flag word (the counter flag(k), never 0, in the low half,
+// the collective's signature in the high half). RC ordering makes the
+// data visible before the flag. The receiver spins on the flag until it
+// equals exactly what it expects (a partially written word can never
+// compare equal), uses the data in place, and acknowledges consumed
+// messages in batches by writing k+1 into the sender's credit word for
+// slot k mod Slots. The sender may write message k only once the credit
+// of slot k mod Slots reads k+1-Slots: the receiver is done with message
+// k-Slots. A flag whose counter matches but whose signature does not is a
+// mismatched collective.
+//
+// Small messages on synchronous endpoints (shm, where a write is a copy
+// done by PostSend) use the LL format instead, as NCCL's LL protocol: one
+// write into LL slot k mod Slots of a header word (flag(k) | signature)
+// and one word per 4 data bytes (flag(k) | data). Each aligned 8-byte word
+// is stored whole, so a word showing the expected flag holds its data:
+// one write, one cache line or two, no separate flag to fetch. LL slots
+// only ever hold LL words, so a stale word carries an older flag. Credits
+// work as above.
+//
+// Work requests: writes to synchronous endpoints are complete when
+// PostSend returns and are not signaled (errors still produce
+// completions, which poll finds). On tcp every flag and credit write is
+// signaled, so that completions free send queue slots in order.
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"time"
+
+	"github.com/rdmakit/rdmakit/internal/sys"
+	"github.com/rdmakit/rdmakit/verbs"
+)
+
+// opState is the collective in progress.
+type opState struct {
+	ctx  context.Context
+	call call
+	sig  uint32
+}
+
+func (o *opState) desc() string { return o.call.String() }
+
+// room makes sure n more work requests fit in q's send queue.
+func (c *Comm) room(q *qpState, n uint64) error {
+	if q.ep.sync {
+		return nil
+	}
+	for q.posted+n-q.completed > q.depth {
+		if err := c.waitPoll(q.ep, q.peer); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// poll reaps completions of ep; a failed work request fails the
+// communicator.
+func (c *Comm) poll(ep *endpoint) (int, error) {
+	n, err := ep.scq.Poll(ep.wcs)
+	if err != nil {
+		return 0, c.fail(fmt.Errorf("%w: rank %d: %s completion queue: %v", ErrAborted, c.rank, ep.dev, err), true)
+	}
+	for i := 0; i < n; i++ {
+		wc := &ep.wcs[i]
+		qi := wc.WRID >> 48
+		if wc.Status != verbs.StatusSuccess {
+			peer := -1
+			if qi < uint64(len(ep.qps)) {
+				peer = ep.qps[qi].peer
+			}
+			if peer >= 0 && c.gone[peer].Load() {
+				continue // it left; nothing more is owed to it
+			}
+			err := fmt.Errorf("%w: rank %d: RDMA write to rank %d over %s failed: %w", ErrPeerLost, c.rank, peer, ep.dev, wc.Err())
+			return 0, c.fail(err, true)
+		}
+		if qi < uint64(len(ep.qps)) {
+			q := ep.qps[qi]
+			seq := wc.WRID & (1<<48 - 1)
+			if seq > q.completed {
+				q.completed = seq
+			}
+		}
+	}
+	return n, nil
+}
+
+// drain waits until every write that reads the caller's memory after
+// posting is complete, so that the buffers may change once the collective
+// returns: on tcp, the messages larger than stageMax (see sendFrom).
+// Inline writes (flags, credits, small messages) were copied when posted
+// and the rest went out of staging chunks; their completions are reaped
+// later, as they come.
+func (c *Comm) drain() error {
+	for _, ep := range c.eps {
+		if _, err := c.poll(ep); err != nil || ep.sync {
+			if err != nil {
+				return err
+			}
+			continue
+		}
+		for _, q := range ep.qps {
+			for q.completed < q.needed {
+				if err := c.waitPoll(ep, q.peer); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// reserve waits for the credit to send the channel's next message.
+func (c *Comm) reserve(ch *channel) error {
+	k := ch.sk
+	if k < ch.slots {
+		return nil
+	}
+	off := int(k%ch.slots) * wordSize
+	want := k + 1 - ch.slots
+	if sys.Load64(ch.acks, off) == want {
+		return nil
+	}
+	return c.waitWord(ch.acks, off, want, ch.peer, false, nil, 0)
+}
+
+// stage returns the staging chunk for the channel's next message (made on
+// first use); call reserve first.
+func (c *Comm) stage(ch *channel) ([]byte, uint32, error) {
+	if ch.stage == nil {
+		mr, err := ch.q.ep.pd.AllocMR(int(ch.slots)*ch.chunk, verbs.AccessLocalWrite)
+		if err != nil {
+			return nil, 0, c.fail(fmt.Errorf("%w: rank %d: staging memory: %v", ErrAborted, c.rank, err), true)
+		}
+		ch.stage = &region{buf: mr.Bytes(), addr: uintptr(mr.Addr())}
+		ch.stage.mrs[ch.q.ep.idx], ch.stage.keys[ch.q.ep.idx] = mr, mr.LKey()
+	}
+	i := int(ch.sk%ch.slots) * ch.chunk
+	return ch.stage.buf[i : i+ch.chunk], ch.stage.keys[ch.q.ep.idx], nil
+}
+
+// flagOf is message k's flag counter: never 0 (fresh memory).
+func flagOf(k uint64) uint32 { return uint32(k%0xffffffff) + 1 }
+
+// useLL says whether an n-byte message on ch travels in LL format; both
+// ends decide alike.
+func useLL(ch *channel, n int) bool { return n <= llMax && ch.q.ep.sync }
+
+// post sends src (registered with lkey at its endpoint; may be empty) as
+// the channel's next message. reserve must have succeeded. On tcp, src
+// must be inline-sized or a staging chunk (see sendFrom): nothing waits
+// for the write to finish reading it.
+func (c *Comm) post(ch *channel, src []byte, lkey uint32) error {
+	q := ch.q
+	k := ch.sk
+	slot := k % ch.slots
+	if useLL(ch, len(src)) {
+		return c.postLL(ch, src)
+	}
+	putWord(ch.flagSrc, uint64(flagOf(k))|uint64(c.op.sig)<<32)
+	n := uint64(0)
+	wrs := ch.wr[:0]
+	if len(src) > 0 {
+		ch.sge[0] = verbs.SGE{Addr: uint64(sys.Addr(src)), Length: uint32(len(src)), LKey: lkey}
+		w := verbs.SendWR{ID: wrID(q, q.posted+1), Opcode: verbs.OpWrite, SGL: ch.sge[0:1],
+			RemoteAddr: ch.remSlots + slot*uint64(ch.chunk), RKey: ch.remKey}
+		if len(src) <= maxInline {
+			w.Flags = verbs.SendInline
+		}
+		wrs = append(wrs, w)
+		n++
+	}
+	ch.sge[1] = verbs.SGE{Addr: ch.flagAddr, Length: wordSize, LKey: ch.srcKey}
+	fw := verbs.SendWR{ID: wrID(q, q.posted+n+1), Opcode: verbs.OpWrite, Flags: verbs.SendInline, SGL: ch.sge[1:2],
+		RemoteAddr: ch.remFlags + slot*wordSize, RKey: ch.remKey}
+	if !q.ep.sync {
+		fw.Flags |= verbs.SendSignaled
+	}
+	wrs = append(wrs, fw)
+	n++
+	if err := c.room(q, n); err != nil {
+		return err
+	}
+	if err := q.qp.PostSend(wrs); err != nil {
+		return c.fail(fmt.Errorf("%w: rank %d: posting to rank %d: %v", ErrAborted, c.rank, ch.peer, err), true)
+	}
+	q.posted += n
+	if q.ep.sync {
+		q.completed = q.posted
+	}
+	ch.sk++
+	return nil
+}
+
+// postLL packs src into LL words and writes them in one go.
+func (c *Comm) postLL(ch *channel, src []byte) error {
+	q := ch.q
+	k := ch.sk
+	f := uint64(flagOf(k))
+	w := ch.llSrc
+	putWord(w, f|uint64(c.op.sig)<<32)
+	n := 1
+	for ; len(src) >= 4; src = src[4:] {
+		putWord(w[n*wordSize:], f|uint64(src[0])<<32|uint64(src[1])<<40|uint64(src[2])<<48|uint64(src[3])<<56)
+		n++
+	}
+	if len(src) > 0 {
+		var d uint64
+		for i, b := range src {
+			d |= uint64(b) << (32 + 8*i)
+		}
+		putWord(w[n*wordSize:], f|d)
+		n++
+	}
+	size := n * wordSize
+	ch.llSGE[0] = verbs.SGE{Addr: ch.llAddr, Length: uint32(size), LKey: ch.srcKey}
+	ch.llWR[0] = verbs.SendWR{ID: wrID(q, q.posted+1), Opcode: verbs.OpWrite, SGL: ch.llSGE[:],
+		RemoteAddr: ch.remLL + (k%ch.slots)*llSlot, RKey: ch.remKey}
+	if size <= maxInline {
+		ch.llWR[0].Flags = verbs.SendInline
+	}
+	if err := q.qp.PostSend(ch.llWR[:]); err != nil {
+		return c.fail(fmt.Errorf("%w: rank %d: posting to rank %d: %v", ErrAborted, c.rank, ch.peer, err), true)
+	}
+	q.posted++
+	q.completed = q.posted // synchronous endpoint
+	ch.sk++
+	return nil
+}
+
+// postDirect writes src straight into the peer's memory at raddr, then
+// sends an empty message that tells the peer it is there. reserve must
+// have succeeded.
+func (c *Comm) postDirect(ch *channel, src []byte, lkey uint32, raddr uint64, rkey uint32) error {
+	q := ch.q
+	ch.sge[0] = verbs.SGE{Addr: uint64(sys.Addr(src)), Length: uint32(len(src)), LKey: lkey}
+	ch.wr[0] = verbs.SendWR{ID: wrID(q, q.posted+1), Opcode: verbs.OpWrite, SGL: ch.sge[0:1], RemoteAddr: raddr, RKey: rkey}
+	if err := c.room(q, 1); err != nil {
+		return err
+	}
+	if err := q.qp.PostSend(ch.wr[0:1]); err != nil {
+		return c.fail(fmt.Errorf("%w: rank %d: posting to rank %d: %v", ErrAborted, c.rank, ch.peer, err), true)
+	}
+	q.posted++
+	if q.ep.sync {
+		q.completed = q.posted
+	} else {
+		q.needed = q.posted
+	}
+	return c.post(ch, nil, 0)
+}
+
+// sendSmall sends a few bytes from anywhere (copied at post).
+func (c *Comm) sendSmall(ch *channel, b []byte) error {
+	if err := c.reserve(ch); err != nil {
+		return err
+	}
+	if useLL(ch, len(b)) {
+		return c.postLL(ch, b)
+	}
+	n := copy(ch.llSrc, b) // inline: the copy is taken when posting
+	return c.post(ch, ch.llSrc[:n], ch.srcKey)
+}
+
+// send is reserve + post.
+func (c *Comm) send(ch *channel, src []byte, lkey uint32) error {
+	if err := c.reserve(ch); err != nil {
+		return err
+	}
+	return c.post(ch, src, lkey)
+}
+
+// recv waits for the channel's next message, of n bytes, and returns it
+// in place in the FIFO. Call release when done with it.
+func (c *Comm) recv(ch *channel, n int) ([]byte, error) {
+	k := ch.rk
+	slot := int(k % ch.slots)
+	if useLL(ch, n) {
+		return c.recvLL(ch, slot, n)
+	}
+	want := uint64(flagOf(k)) | uint64(c.op.sig)<<32
+	if sys.Load64(ch.flags, slot*wordSize) != want {
+		var alt []byte // where an LL message k would show: a sender with another size
+		if ch.q.ep.sync {
+			alt = ch.ll[slot*llSlot:]
+		}
+		if err := c.waitWord(ch.flags, slot*wordSize, want, ch.peer, true, alt, 0); err != nil {
+			return nil, err
+		}
+	}
+	o := slot * ch.chunk
+	return ch.fifo[o : o+n], nil
+}
+
+// recvLL waits for an LL message and unpacks it into ch.llBuf.
+func (c *Comm) recvLL(ch *channel, slot, n int) ([]byte, error) {
+	f := flagOf(ch.rk)
+	w := ch.ll[slot*llSlot : (slot+1)*llSlot]
+	if want := uint64(f) | uint64(c.op.sig)<<32; sys.Load64(w, 0) != want {
+		if err := c.waitWord(w, 0, want, ch.peer, true, ch.flags, slot*wordSize); err != nil {
+			return nil, err
+		}
+	}
+	out := ch.llBuf[:n]
+	for i, o := 1, 0; o < n; i, o = i+1, o+4 {
+		v := sys.Load64(w, i*wordSize)
+		for uint32(v) != f {
+			// Words of one write land together; this is a few
+			// nanoseconds at most, but never spin forever.
+			if err := c.waitLow(w, i*wordSize, f, ch.peer); err != nil {
+				return nil, err
+			}
+			v = sys.Load64(w, i*wordSize)
+		}
+		d := uint32(v >> 32)
+		if n-o >= 4 {
+			out[o], out[o+1], out[o+2], out[o+3] = byte(d), byte(d>>8), byte(d>>16), byte(d>>24)
+			continue
+		}
+		for j := 0; o+j < n; j++ {
+			out[o+j] = byte(d >> (8 * j))
+		}
+	}
+	return out, nil
+}
+
+// relaxSink keeps relax's work from being optimised away.
+var relaxSink uint32
+
+// relax spends some tens of nanoseconds between two polls of a word a
+// peer is about to write, as a PAUSE would: polling it back to back keeps
+// stealing the cache line from the writer (and, on SMT siblings, the
+// core), which delays the very write we wait for.
+func relax() {
+	x := relaxSink
+	for j := 0; j < relaxIters; j++ {
+		x = x*2654435761 + 1
+	}
+	if x == 0 {
+		relaxSink = x
+	}
+}
+
+const relaxIters = 8
+
+// waitLow waits for the low half of a word to read f.
+func (c *Comm) waitLow(mem []byte, off int, f uint32, peer int) error {
+	for i := 0; i < spinFirst; i++ {
+		if uint32(sys.Load64(mem, off)) == f {
+			return nil
+		}
+	}
+	start := time.Now()
+	deadline := start.Add(c.opts.Timeout)
+	for i := 1; uint32(sys.Load64(mem, off)) != f; i++ {
+		if i&255 == 0 {
+			if err := c.checkWait(peer, c.op.ctx.Done(), start, deadline); err != nil {
+				return err
+			}
+			c.backoff(start)
+		}
+	}
+	return nil
+}
+
+// release consumes the channel's current message and, every ackBatch
+// messages, returns the credits.
+func (c *Comm) release(ch *channel) error {
+	ch.rk++
+	if ch.rk-ch.acked < ch.ackBatch {
+		return nil
+	}
+	return c.ack(ch)
+}
+
+// ack writes the credit words of messages [acked, rk) into the sender.
+func (c *Comm) ack(ch *channel) error {
+	from, to := ch.acked, ch.rk
+	for i := from; i < to; i++ {
+		putWord(ch.ackSrc[(i%ch.slots)*wordSize:], i+1)
+	}
+	q := ch.q
+	wrs := ch.wr[:0]
+	for i := from; i < to; {
+		s := i % ch.slots
+		m := min(to-i, ch.slots-s) // contiguous run of slots
+		j := len(wrs)
+		ch.sge[j] = verbs.SGE{Addr: ch.ackAddr + s*wordSize, Length: uint32(m * wordSize), LKey: ch.srcKey}
+		w := verbs.SendWR{ID: wrID(q, q.posted+uint64(j)+1), Opcode: verbs.OpWrite, Flags: verbs.SendInline, SGL: ch.sge[j : j+1],
+			RemoteAddr: ch.remAcks + s*wordSize, RKey: ch.remAckK}
+		if !q.ep.sync {
+			w.Flags |= verbs.SendSignaled
+		}
+		wrs = append(wrs, w)
+		i += m
+	}
+	n := uint64(len(wrs))
+	if err := c.room(q, n); err != nil {
+		return err
+	}
+	if err := q.qp.PostSend(wrs); err != nil {
+		return c.fail(fmt.Errorf("%w: rank %d: posting to rank %d: %v", ErrAborted, c.rank, ch.peer, err), true)
+	}
+	q.posted += n
+	if q.ep.sync {
+		q.completed = q.posted
+	}
+	ch.acked = to
+	return nil
+}
+
+// spinFirst is how many times a wait polls before it looks at anything
+// else (clock, context, peers): most waits in a collective end within a
+// microsecond, and each look costs more than a poll.
+const spinFirst = 2048
+
+// waitWord spins until the word at off of mem equals want. Flags whose
+// counter half matches but signature half does not are a mismatch, and so
+// is the message's counter showing up at alt[altOff:], the flag of the
+// other format (LL or not): the sender's message has another size. It
+// gives up on the communicator's failure, the peer's departure, the
+// context's end or the timeout, and backs off from spinning to yielding
+// the CPU when the wait is long.
+func (c *Comm) waitWord(mem []byte, off int, want uint64, peer int, flag bool, alt []byte, altOff int) error {
+	spin := spinFirst
+	async := peer >= 0 && !c.peers[peer].ep.sync
+	if async {
+		spin = 64
+	}
+	for i := 0; i < spin; i++ {
+		v := sys.Load64(mem, off)
+		if v == want {
+			return nil
+		}
+		if flag && uint32(v) == uint32(want) {
+			break // the slow path looks into it
+		}
+		relax()
+	}
+	ctx := c.op.ctx
+	start := time.Now()
+	deadline := start.Add(c.opts.Timeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	done := ctx.Done()
+	for i := 1; ; i++ {
+		v := sys.Load64(mem, off)
+		if v == want {
+			return nil
+		}
+		if flag && uint32(v) == uint32(want) {
+			// Counter right, signature wrong. Re-read after a moment in
+			// case the word was caught being written.
+			time.Sleep(time.Millisecond)
+			if v = sys.Load64(mem, off); v != want && uint32(v) == uint32(want) {
+				return c.fail(fmt.Errorf("%w: rank %d in %s: the message from rank %d belongs to a different call (signature %08x, want %08x)",
+					ErrMismatch, c.rank, c.op.desc(), peer, uint32(v>>32), uint32(want>>32)), true)
+			}
+			continue
+		}
+		if async {
+			// The word is written by the transport's reader goroutine:
+			// sleeping frees this P, whose next look at the network
+			// poller runs that reader at once (spinning would delay it).
+			if i&15 == 0 {
+				if err := c.checkWait(peer, done, start, deadline); err != nil {
+					return err
+				}
+			}
+			time.Sleep(time.Microsecond)
+			continue
+		}
+		if i&255 != 0 {
+			continue
+		}
+		if err := c.checkWait(peer, done, start, deadline); err != nil {
+			return err
+		}
+		if alt != nil && uint32(sys.Load64(alt, altOff)) == uint32(want) {
+			return c.fail(fmt.Errorf("%w: rank %d in %s: rank %d sent a message of another size",
+				ErrMismatch, c.rank, c.op.desc(), peer), true)
+		}
+		if i&4095 == 0 {
+			for _, ep := range c.eps {
+				if _, err := c.poll(ep); err != nil {
+					return err
+				}
+			}
+		}
+		c.backoff(start)
+	}
+}
+
+// waitPoll waits until ep has completions to reap, and reaps them.
+func (c *Comm) waitPoll(ep *endpoint, peer int) error {
+	ctx := c.op.ctx
+	start := time.Now()
+	deadline := start.Add(c.opts.Timeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	done := ctx.Done()
+	for i := 1; ; i++ {
+		n, err := c.poll(ep)
+		if n > 0 || err != nil {
+			return err
+		}
+		if i&15 == 0 {
+			if err := c.checkWait(peer, done, start, deadline); err != nil {
+				return err
+			}
+		}
+		if !ep.sync {
+			time.Sleep(time.Microsecond) // see waitWord
+			continue
+		}
+		c.backoff(start)
+	}
+}
+
+// checkWait reports why waiting must stop, if it must.
+func (c *Comm) checkWait(peer int, done <-chan struct{}, start, deadline time.Time) error {
+	if p := c.failed.Load(); p != nil {
+		return *p
+	}
+	if peer >= 0 && c.gone[peer].Load() {
+		return c.fail(fmt.Errorf("%w: rank %d in %s: rank %d closed the communicator", ErrPeerLost, c.rank, c.op.desc(), peer), true)
+	}
+	if now := time.Now(); now.After(deadline) {
+		who := "any peer"
+		if peer >= 0 {
+			who = fmt.Sprintf("rank %d", peer)
+		}
+		return c.fail(fmt.Errorf("%w: rank %d in %s: nothing from %s for %v", ErrTimeout, c.rank, c.op.desc(), who, now.Sub(start).Round(time.Millisecond)), true)
+	}
+	if done != nil {
+		select {
+		case <-done:
+			return c.fail(fmt.Errorf("%w: rank %d in %s: %w", ErrAborted, c.rank, c.op.desc(), c.op.ctx.Err()), true)
+		default:
+		}
+	}
+	return nil
+}
+
+// backoff gives the CPU away as a wait grows: other goroutines first,
+// other processes after spinFor, short sleeps after a millisecond.
+func (c *Comm) backoff(start time.Time) {
+	switch d := time.Since(start); {
+	case d < c.spinFor:
+		runtime.Gosched()
+	case d < time.Millisecond:
+		runtime.Gosched()
+		osYield()
+	default:
+		time.Sleep(20 * time.Microsecond)
+	}
+}

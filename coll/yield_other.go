@@ -1,0 +1,7 @@
+//go:build !linux
+
+package coll
+
+import "runtime"
+
+func osYield() { runtime.Gosched() }
