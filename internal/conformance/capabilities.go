@@ -90,12 +90,10 @@ var variants = map[string]func(t *testing.T, e *env, c Caps){
 	"peer-death":         capPeerDeath,
 }
 
-// always run in place of the original case: they handle every device.
-var always = map[string]func(t *testing.T, e *env, c Caps){
-	"remote-access":     capRemoteAccess,
-	"local-protection":  capLocalProtection,
-	"receive-too-small": capRecvTooSmall,
-	"cq-overflow":       capCQOverflow,
+// withCaps adapts a capability-aware case to the case table; these cases
+// hold every device to the same rules, with the leeway Caps grants.
+func withCaps(f func(t *testing.T, e *env, c Caps)) func(t *testing.T, e *env) {
+	return func(t *testing.T, e *env) { f(t, e, CapsOf(e.a.Context().Info())) }
 }
 
 // origs are the unwrapped cases, by name.
@@ -108,10 +106,6 @@ func init() {
 		origs[name] = orig
 		c.fn = func(t *testing.T, e *env) {
 			caps := CapsOf(e.a.Context().Info())
-			if f, ok := always[name]; ok {
-				f(t, e, caps)
-				return
-			}
 			if f, ok := variants[name]; ok && !caps.full() {
 				f(t, e, caps)
 				return
