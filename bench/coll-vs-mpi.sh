@@ -111,10 +111,14 @@ run_one() {
     rm -rf "$store" ;;
   esac
   # busbw from the time (GB/s), nccl-tests' byte counts and factors, n = 2.
-  [ -n "$line" ] && awk -v t="$line" -v s="$size" -v c="$coll" 'BEGIN {
-    n = 2; f = (c == "allreduce") ? 2 * (n - 1) / n : (n - 1) / n
-    b = (c == "allreduce") ? s : int(s / 4 / n / 4) * 4 * 4 * n
-    printf "%s %.6g\n", t, (t > 0 ? b / t / 1e3 * f : 0) }'
+  # A failed run (Gloo throws now and then) prints nothing.
+  if [ -n "$line" ]; then
+    awk -v t="$line" -v s="$size" -v c="$coll" 'BEGIN {
+      n = 2; f = (c == "allreduce") ? 2 * (n - 1) / n : (n - 1) / n
+      b = (c == "allreduce") ? s : int(s / 4 / n / 4) * 4 * 4 * n
+      printf "%s %.6g\n", t, (t > 0 ? b / t / 1e3 * f : 0) }'
+  fi
+  return 0
 }
 
 TOOLS="rdmakit-shm mpi-sm rdmakit-tcp mpi-tcp gloo-tcp"
@@ -129,7 +133,7 @@ for coll in $COLLS; do
     for trial in $(seq "$TRIALS"); do
       for tool in $TOOLS; do
         wait_quiet
-        r=$(run_one "$tool" "$coll" "$size")
+        r=$(run_one "$tool" "$coll" "$size") || r=""
         [ -n "$r" ] && printf '%s\t%s\t%s\t%s\t%s\n' "$coll" "$size" "$tool" "$trial" "${r// /$'\t'}" >>"$RAW"
       done
     done
