@@ -106,8 +106,12 @@ run_one() {
     [ $HAVE_GLOO = yes ] || return 0
     local store; store=$(mktemp -d)
     RANK=1 SIZE=2 STORE=$store PREFIX=p timeout 300 "$OUT/gloo_coll_bench" "$coll" "$size" "$it" "$w" >/dev/null 2>>"$OUT/errors.log" &
+    local peer=$!
     line=$(RANK=0 SIZE=2 STORE=$store PREFIX=p timeout 300 "$OUT/gloo_coll_bench" "$coll" "$size" "$it" "$w" 2>>"$OUT/errors.log" | awk '{print $4}') || true
-    wait || true
+    # Rank 1 ends with rank 0, unless Gloo threw: then do not wait for it.
+    for _ in 1 2 3 4 5 6 7 8 9 10; do kill -0 "$peer" 2>/dev/null || break; sleep 0.5; done
+    kill "$peer" 2>/dev/null || true
+    wait "$peer" 2>/dev/null || true
     rm -rf "$store" ;;
   esac
   # busbw from the time (GB/s), nccl-tests' byte counts and factors, n = 2.

@@ -88,14 +88,25 @@ type mem struct {
 	rg *region
 }
 
-func (m mem) at(st, en, es int) []byte  { return m.b[st*es : en*es] }
-func (m mem) key(ep *endpoint) uint32   { return m.rg.keys[ep.idx] }
-func (m mem) sub(off, n int) mem        { return mem{b: m.b[off : off+n], rg: m.rg} }
-func ceilDiv(a, b int) int              { return (a + b - 1) / b }
-func mod(a, n int) int                  { return ((a % n) + n) % n }
-func alignUp(a, b int) int              { return ceilDiv(a, b) * b }
-func (c *Comm) chunkElems(es int) int   { return c.opts.ChunkSize / es }
-func (c *Comm) piecesPerStep() int      { return max(1, c.opts.Slots/2) }
+func (m mem) at(st, en, es int) []byte { return m.b[st*es : en*es] }
+func (m mem) key(ep *endpoint) uint32  { return m.rg.keys[ep.idx] }
+func (m mem) sub(off, n int) mem       { return mem{b: m.b[off : off+n], rg: m.rg} }
+func ceilDiv(a, b int) int             { return (a + b - 1) / b }
+func mod(a, n int) int                 { return ((a % n) + n) % n }
+func alignUp(a, b int) int             { return ceilDiv(a, b) * b }
+func (c *Comm) chunkElems(es int) int  { return c.opts.ChunkSize / es }
+func (c *Comm) piecesPerStep() int     { return max(1, c.opts.Slots/2) }
+
+// channelsFor is how many channels a ring step of the given size uses:
+// each carries at least minChannelBytes (more messages of less data
+// only add per-message costs), at most Options.Channels.
+func (c *Comm) channelsFor(stepBytes int) int {
+	return max(1, min(c.opts.Channels, stepBytes/minChannelBytes))
+}
+
+// minChannelBytes is the least a ring step puts on one channel.
+const minChannelBytes = 64 << 10
+
 func (c *Comm) ch(rank, i int) *channel { return c.peers[rank].ch[i%c.opts.Channels] }
 func apply(dt DataType, op RedOp, d, a, b []byte) {
 	reduce.Apply(reduce.Type(dt), op.kernel(), d, a, b)
@@ -155,7 +166,7 @@ func (c *Comm) ringAllReduce(in, out mem, count int, dt DataType, op RedOp) erro
 			return err
 		}
 	}
-	C, P, ce := c.opts.Channels, c.piecesPerStep(), c.chunkElems(es)
+	C, P, ce := c.channelsFor(count*es/n), c.piecesPerStep(), c.chunkElems(es)
 	align := max(1, 64/es)
 	roundE := n * C * P * ce
 	for off := 0; off < count; off += roundE {
@@ -362,7 +373,7 @@ func (c *Comm) ringAllGather(in, out mem, count, es int) error {
 			return err
 		}
 	}
-	C, P, ce := c.opts.Channels, c.piecesPerStep(), c.chunkElems(es)
+	C, P, ce := c.channelsFor(count*es), c.piecesPerStep(), c.chunkElems(es)
 	align := max(1, 64/es)
 	roundE := C * P * ce
 	for off := 0; off < count; off += roundE {
@@ -406,7 +417,7 @@ func (c *Comm) ringAllGather(in, out mem, count, es int) error {
 func (c *Comm) ringReduceScatter(in, out mem, count int, dt DataType, op RedOp) error {
 	n, r, es := c.nranks, c.rank, dt.Size()
 	next, prev := (r+1)%n, (r-1+n)%n
-	C, P, ce := c.opts.Channels, c.piecesPerStep(), c.chunkElems(es)
+	C, P, ce := c.channelsFor(count*es), c.piecesPerStep(), c.chunkElems(es)
 	align := max(1, 64/es)
 	roundE := C * P * ce
 	for off := 0; off < count; off += roundE {

@@ -61,7 +61,10 @@ type Comm struct {
 	// memMu guards regions.
 	memMu   sync.Mutex
 	regions []*region // sorted by address
-	lastHit atomic.Pointer[region]
+	// hits are the last regions lookup found (send and receive buffers
+	// of the same collective usually alternate between two).
+	hits [2]atomic.Pointer[region]
+	hitN atomic.Uint32
 }
 
 // region is memory registered with every endpoint of the communicator,
@@ -269,7 +272,8 @@ func (c *Comm) Close() error {
 func (c *Comm) freeAll() {
 	c.memMu.Lock()
 	c.regions = nil
-	c.lastHit.Store(nil)
+	c.hits[0].Store(nil)
+	c.hits[1].Store(nil)
 	c.memMu.Unlock()
 	for _, ep := range c.eps {
 		ep.ctx.Close() // destroys QPs, CQs and regions
@@ -315,7 +319,8 @@ func (c *Comm) Free(b []byte) error {
 	}
 	rg := c.regions[i]
 	c.regions = append(c.regions[:i], c.regions[i+1:]...)
-	c.lastHit.Store(nil)
+	c.hits[0].Store(nil)
+	c.hits[1].Store(nil)
 	c.memMu.Unlock()
 	c.freeRegion(rg)
 	return nil
@@ -363,8 +368,10 @@ func (c *Comm) lookup(b []byte) *region {
 	}
 	addr := sys.Addr(b)
 	end := addr + uintptr(len(b))
-	if rg := c.lastHit.Load(); rg != nil && addr >= rg.addr && end <= rg.addr+uintptr(len(rg.buf)) {
-		return rg
+	for i := range c.hits {
+		if rg := c.hits[i].Load(); rg != nil && addr >= rg.addr && end <= rg.addr+uintptr(len(rg.buf)) {
+			return rg
+		}
 	}
 	c.memMu.Lock()
 	defer c.memMu.Unlock()
@@ -374,7 +381,7 @@ func (c *Comm) lookup(b []byte) *region {
 	}
 	rg := c.regions[i]
 	if end <= rg.addr+uintptr(len(rg.buf)) {
-		c.lastHit.Store(rg)
+		c.hits[c.hitN.Add(1)%2].Store(rg)
 		return rg
 	}
 	return nil

@@ -1,9 +1,6 @@
 package coll
 
-import (
-	"errors"
-	"fmt"
-)
+import "errors"
 
 // Errors. Failures of a collective wrap one of these with %w, so callers
 // test them with errors.Is.
@@ -31,13 +28,3 @@ var (
 	// ErrNoLauncher: InitFromEnv found no launcher environment.
 	ErrNoLauncher = errors.New("coll: no launcher environment (torchrun, mpirun, srun, Kubernetes indexed Job or RDMAKIT_COLL_RANK)")
 )
-
-// RankError says which rank an error concerns.
-type RankError struct {
-	Rank int
-	Err  error
-}
-
-func (e *RankError) Error() string { return fmt.Sprintf("rank %d: %v", e.Rank, e.Err) }
-
-func (e *RankError) Unwrap() error { return e.Err }

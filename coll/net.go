@@ -36,7 +36,7 @@ const (
 	// llMax is the largest message sent in the LL format (on synchronous
 	// endpoints), llSlot the size of an LL slot: a header word and a word
 	// per 4 data bytes.
-	llMax  = 512
+	llMax  = 128
 	llSlot = (1 + llMax/4) * wordSize
 )
 

@@ -39,23 +39,21 @@ func (k call) String() string {
 	return fmt.Sprintf("%s(count %d, %s, %s, root %d, %s)", kindNames[k.kind], k.count, k.dt, k.op, k.root, k.algo)
 }
 
-// signature hashes the call with a sequence number (FNV-1a, no
-// allocation).
+// signature hashes the call with a sequence number into the 32 bits
+// every flag carries (a multiply-xorshift mix: cheap, no allocation, and
+// any difference in the fields changes it with high probability).
 func signature(k call, seq uint32) uint32 {
-	h := uint32(2166136261)
-	mix := func(v uint64) {
-		for i := 0; i < 8; i++ {
-			h ^= uint32(byte(v >> (8 * i)))
-			h *= 16777619
-		}
-	}
-	mix(uint64(k.kind) | uint64(k.dt)<<8 | uint64(k.op)<<16 | uint64(k.algo)<<24 | uint64(uint32(k.root))<<32)
-	mix(uint64(k.count))
+	a := uint64(k.kind) | uint64(k.dt)<<8 | uint64(k.op)<<16 | uint64(k.algo)<<24 | uint64(uint32(k.root))<<32
+	b := uint64(k.count)
+	d := uint64(seq)
 	if k.direct {
-		mix(1)
+		d |= 1 << 32
 	}
-	mix(uint64(seq))
-	return h
+	h := a*0x9e3779b97f4a7c15 ^ b*0xc2b2ae3d27d4eb4f ^ d*0x165667b19e3779f9
+	h ^= h >> 29
+	h *= 0xbf58476d1ce4e5b9
+	h ^= h >> 32
+	return uint32(h)
 }
 
 // begin starts a collective: it takes opMu and checks the communicator.

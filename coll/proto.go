@@ -32,6 +32,7 @@ package coll
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"runtime"
 	"time"
@@ -210,7 +211,7 @@ func (c *Comm) postLL(ch *channel, src []byte) error {
 	putWord(w, f|uint64(c.op.sig)<<32)
 	n := 1
 	for ; len(src) >= 4; src = src[4:] {
-		putWord(w[n*wordSize:], f|uint64(src[0])<<32|uint64(src[1])<<40|uint64(src[2])<<48|uint64(src[3])<<56)
+		putWord(w[n*wordSize:], f|uint64(binary.LittleEndian.Uint32(src))<<32)
 		n++
 	}
 	if len(src) > 0 {
@@ -311,7 +312,8 @@ func (c *Comm) recvLL(ch *channel, slot, n int) ([]byte, error) {
 		}
 	}
 	out := ch.llBuf[:n]
-	for i, o := 1, 0; o < n; i, o = i+1, o+4 {
+	o := 0
+	for i := 1; o < n; i++ {
 		v := sys.Load64(w, i*wordSize)
 		for uint32(v) != f {
 			// Words of one write land together; this is a few
@@ -321,13 +323,13 @@ func (c *Comm) recvLL(ch *channel, slot, n int) ([]byte, error) {
 			}
 			v = sys.Load64(w, i*wordSize)
 		}
-		d := uint32(v >> 32)
 		if n-o >= 4 {
-			out[o], out[o+1], out[o+2], out[o+3] = byte(d), byte(d>>8), byte(d>>16), byte(d>>24)
+			binary.LittleEndian.PutUint32(out[o:], uint32(v>>32))
+			o += 4
 			continue
 		}
-		for j := 0; o+j < n; j++ {
-			out[o+j] = byte(d >> (8 * j))
+		for d := uint32(v >> 32); o < n; o, d = o+1, d>>8 {
+			out[o] = byte(d)
 		}
 	}
 	return out, nil
@@ -336,8 +338,8 @@ func (c *Comm) recvLL(ch *channel, slot, n int) ([]byte, error) {
 // relaxSink keeps relax's work from being optimised away.
 var relaxSink uint32
 
-// relax spends some tens of nanoseconds between two polls of a word a
-// peer is about to write, as a PAUSE would: polling it back to back keeps
+// relax spends some nanoseconds between two polls of a word a peer is
+// about to write, as a PAUSE would: polling it back to back keeps
 // stealing the cache line from the writer (and, on SMT siblings, the
 // core), which delays the very write we wait for.
 func relax() {
