@@ -360,4 +360,78 @@ type DeviceInfo struct {
 	AtomicCap  AtomicCap
 	MaxMsgSize uint64
 	Ports      []PortInfo
+	// Caps is what the device declares it can do.
+	Caps Capability
+}
+
+// Capability is one thing a device declares it can do, where devices
+// legitimately differ. Consumers (the conformance suite, coll, tools)
+// decide by capability, never by device name, node type or vendor.
+type Capability uint64
+
+// Capabilities.
+const (
+	// CapImmediate: WriteWithImm and SendWithImm (not on iWARP).
+	CapImmediate Capability = 1 << iota
+	// CapAtomics: CompareAndSwap and FetchAndAdd.
+	CapAtomics
+	// CapRNRRetry: a Send that finds no receive draws a receiver-not-ready
+	// NAK and is retried (IB, RoCE, software transports); without it the
+	// connection is terminated (iWARP).
+	CapRNRRetry
+	// CapSeparateKeys: lkey and rkey differ, so an lkey used as an rkey
+	// is refused.
+	CapSeparateKeys
+	// CapRegisterCallerMemory: RegMR of memory the caller allocated (the
+	// Go heap, mmap); without it only AllocMR memory can be registered.
+	CapRegisterCallerMemory
+	// CapSameHost: the device reaches queue pairs on the same host only.
+	CapSameHost
+	// CapSRQ: shared receive queues.
+	CapSRQ
+	// CapRemoteErrorCompletion: a remote error (access, invalid request)
+	// completes the failing work request with that status, in order;
+	// without it (iWARP) the connection is terminated and the QP goes to
+	// ERROR, the status being the device's choice.
+	CapRemoteErrorCompletion
+	// CapMultiSGERead: RDMA Read scatters into more than one local SGE.
+	CapMultiSGERead
+	// CapZeroLengthRead: a zero-length RDMA Read without an SGE.
+	CapZeroLengthRead
+	// CapRemoteAccessChecks: the responder enforces REMOTE_READ on the
+	// region and the QP's remote access flags (siw in Linux 6.1 does not).
+	CapRemoteAccessChecks
+	// CapStrictStatus: the device completes every error with the one
+	// status rdmakit documents, taking none of the leeway the IBA leaves
+	// to implementations (rdmakit's own transports).
+	CapStrictStatus
+	// CapWriteOnPost: a Write's data is in the remote memory by the time
+	// PostSend returns (shm: the initiator copies it), so the initiator
+	// need not wait for its completion before signalling the peer.
+	CapWriteOnPost
+	// CapNetwork: the device reaches other hosts.
+	CapNetwork
+)
+
+var capNames = [...]string{"immediate", "atomics", "rnr-retry", "separate-keys", "register-caller-memory",
+	"same-host", "srq", "remote-error-completion", "multi-sge-read", "zero-length-read",
+	"remote-access-checks", "strict-status", "write-on-post", "network"}
+
+// Has reports whether c holds every capability of want.
+func (c Capability) Has(want Capability) bool { return c&want == want }
+
+func (c Capability) String() string {
+	s := ""
+	for i, n := range capNames {
+		if c&(1<<i) != 0 {
+			if s != "" {
+				s += ","
+			}
+			s += n
+		}
+	}
+	if s == "" {
+		return "none"
+	}
+	return s
 }

@@ -53,24 +53,28 @@ type Caps struct {
 	// with no permission bits; SIW_RDMA_{READ,WRITE}_ENABLED are set but
 	// never tested on receive).
 	NoRemoteReadCheck, NoQPAccessCheck bool
+	// SeparateKeys: the device declares lkey != rkey.
+	SeparateKeys bool
 	// Software transports are rdmakit's own: they get no leeway in the
 	// error codes the IBA leaves to implementations.
 	Software bool
 }
 
-// siwVendorID is soft-iWARP's vendor id ("bmt").
-const siwVendorID = 0x626d74
-
-// CapsOf derives a device's capabilities from what it reports.
+// CapsOf reads the capabilities the device declares (DeviceInfo.Caps):
+// nothing is guessed from names, node types or vendors.
 func CapsOf(info verbs.DeviceInfo) Caps {
+	d := info.Caps
 	return Caps{
-		Atomics:   info.AtomicCap != verbs.AtomicNone,
-		IWARP:     info.NodeType == "RNIC",
+		Atomics: d.Has(verbs.CapAtomics),
+		// The iWARP bundle: remote errors end the connection, no RNR
+		// retry, no immediate data.
+		IWARP:     !d.Has(verbs.CapRemoteErrorCompletion) || !d.Has(verbs.CapRNRRetry) || !d.Has(verbs.CapImmediate),
 		MaxInline: info.MaxInline,
 
-		Software:          info.NodeType == "Software",
-		NoRemoteReadCheck: info.VendorID == siwVendorID,
-		NoQPAccessCheck:   info.VendorID == siwVendorID,
+		SeparateKeys:      d.Has(verbs.CapSeparateKeys),
+		Software:          d.Has(verbs.CapStrictStatus),
+		NoRemoteReadCheck: !d.Has(verbs.CapRemoteAccessChecks),
+		NoQPAccessCheck:   !d.Has(verbs.CapRemoteAccessChecks),
 	}
 }
 
@@ -341,7 +345,7 @@ func capRemoteAccess(t *testing.T, e *env, c Caps) {
 	}
 	for _, bc := range bads {
 		t.Run(bc.name, func(t *testing.T) {
-			if bc.name == "lkey-as-rkey" && rb["rw"].LKey == rb["rw"].RKey {
+			if bc.name == "lkey-as-rkey" && rb["rw"].LKey == rb["rw"].RKey && !c.SeparateKeys {
 				t.Skip("the device uses one key for local and remote access (lkey == rkey)")
 			}
 			if bc.name == "read-without-REMOTE_READ" && c.NoRemoteReadCheck {

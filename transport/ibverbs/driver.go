@@ -123,6 +123,7 @@ func queryInfo(name string) (verbs.DeviceInfo, error) {
 		}
 	}
 	di.MaxInline = probeInline(c, a)
+	di.Caps = deviceCaps(di, a.transportType == ibvTransportIWARP)
 	extra := devExtra{maxSGERd: a.maxSGERd, maxRdAtom: a.maxRdAtom, maxInitRd: a.maxInitRd,
 		iwarp: a.transportType == ibvTransportIWARP}
 	extraMu.Lock()
@@ -630,4 +631,29 @@ func recvErr(e syscall.Errno) error {
 		return fmt.Errorf("%w: ibv_post_recv: receive queue full", verbs.ErrQueueFull)
 	}
 	return fmt.Errorf("ibv_post_recv: %v: %w", e, mapErrno(e))
+}
+
+// siwVendorID is soft-iWARP's vendor id ("bmt").
+const siwVendorID = 0x626d74
+
+// deviceCaps declares what a device can do. The driver knows its devices:
+// iWARP has no immediate data, no RNR retry, terminates the connection on
+// a remote error and reads into one SGE; siw (Linux 6.1) does not check
+// remote read access or a QP's remote access flags and uses one key for
+// local and remote access; rxe shares keys too.
+func deviceCaps(di verbs.DeviceInfo, iwarp bool) verbs.Capability {
+	c := verbs.CapRegisterCallerMemory | verbs.CapSRQ | verbs.CapNetwork | verbs.CapZeroLengthRead | verbs.CapRemoteAccessChecks
+	if di.AtomicCap != verbs.AtomicNone {
+		c |= verbs.CapAtomics
+	}
+	if iwarp {
+		if di.VendorID == siwVendorID {
+			c &^= verbs.CapRemoteAccessChecks
+		}
+		c &^= verbs.CapZeroLengthRead
+		return c
+	}
+	c |= verbs.CapImmediate | verbs.CapRNRRetry | verbs.CapRemoteErrorCompletion | verbs.CapMultiSGERead
+	// No CapSeparateKeys: rxe, siw and mlx5 hand out one key for both.
+	return c
 }

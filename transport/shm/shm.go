@@ -57,6 +57,9 @@ func (driver) Devices() ([]verbs.DeviceInfo, error) {
 		MaxInline:  verbs.MaxInline,
 		AtomicCap:  verbs.AtomicGlob,
 		MaxMsgSize: verbs.MaxMsgSize,
+		Caps: verbs.CapImmediate | verbs.CapAtomics | verbs.CapRNRRetry | verbs.CapSeparateKeys | verbs.CapSRQ |
+			verbs.CapRemoteErrorCompletion | verbs.CapMultiSGERead | verbs.CapZeroLengthRead | verbs.CapRemoteAccessChecks | verbs.CapStrictStatus |
+			verbs.CapSameHost | verbs.CapWriteOnPost,
 		Ports: []verbs.PortInfo{{
 			Num: 1, State: verbs.PortActive, MaxMTU: verbs.MTU4096, ActiveMTU: verbs.MTU4096,
 			LinkLayer: "Memory", Addrs: []string{fmt.Sprintf("host %s", bootID()[:8])},

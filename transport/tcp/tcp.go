@@ -88,6 +88,9 @@ func deviceInfo() verbs.DeviceInfo {
 		MaxInline:  verbs.MaxInline,
 		AtomicCap:  verbs.AtomicHCA,
 		MaxMsgSize: verbs.MaxMsgSize,
+		Caps: verbs.CapImmediate | verbs.CapAtomics | verbs.CapRNRRetry | verbs.CapSeparateKeys | verbs.CapSRQ |
+			verbs.CapRemoteErrorCompletion | verbs.CapMultiSGERead | verbs.CapZeroLengthRead | verbs.CapRemoteAccessChecks | verbs.CapStrictStatus |
+			verbs.CapRegisterCallerMemory | verbs.CapNetwork,
 		Ports: []verbs.PortInfo{{
 			Num:       1,
 			State:     verbs.PortActive,
