@@ -136,7 +136,7 @@ func TestConnectSendRecvWrite(t *testing.T) {
 	forEachDevice(t, func(t *testing.T, dev string) {
 		// The dialer builds its QP in its own PD, so that it can register
 		// memory before connecting and advertise it in the private data.
-		vctx, err := verbs.Open(dev)
+		vctx, err := verbs.Open(dev, verbs.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -683,7 +683,7 @@ func TestPeerProcessKilled(t *testing.T) {
 
 func TestSharedResources(t *testing.T) {
 	forEachDevice(t, func(t *testing.T, dev string) {
-		vctx, err := verbs.Open(dev)
+		vctx, err := verbs.Open(dev, verbs.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}

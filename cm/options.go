@@ -184,7 +184,7 @@ func newResources(o *Options) (r *resources, err error) {
 		if dev == "" {
 			dev = DefaultDevice
 		}
-		if r.ctx, err = verbs.Open(dev); err != nil {
+		if r.ctx, err = verbs.Open(dev, verbs.Options{}); err != nil {
 			return r, err
 		}
 		r.ownCtx = true

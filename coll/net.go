@@ -164,7 +164,7 @@ func (c *Comm) setup(ctx context.Context) error {
 		ep := &endpoint{idx: i, dev: dev, sync: dev == "shm0"}
 		c.eps = append(c.eps, ep)
 		var err error
-		if ep.ctx, err = verbs.Open(dev); err != nil {
+		if ep.ctx, err = verbs.Open(dev, verbs.Options{}); err != nil {
 			return err
 		}
 		if ep.pd, err = ep.ctx.AllocPD(); err != nil {

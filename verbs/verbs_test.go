@@ -17,7 +17,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func open(t *testing.T) (*verbs.Context, *verbs.PD) {
 	t.Helper()
-	ctx, err := verbs.Open("shm0")
+	ctx, err := verbs.Open("shm0", verbs.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +43,7 @@ func TestDevicesAndOpenErrors(t *testing.T) {
 	if !found {
 		t.Fatalf("shm0 not listed: %+v", devs)
 	}
-	if _, err := verbs.Open("mlx5_9"); !errors.Is(err, verbs.ErrNoDevice) {
+	if _, err := verbs.Open("mlx5_9", verbs.Options{}); !errors.Is(err, verbs.ErrNoDevice) {
 		t.Fatalf("open of a missing device: %v", err)
 	}
 }
@@ -252,7 +252,7 @@ func must(t *testing.T, err error) {
 
 func TestCloseWhileWaiting(t *testing.T) {
 	for i := 0; i < 20; i++ {
-		ctx, err := verbs.Open("shm0")
+		ctx, err := verbs.Open("shm0", verbs.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -281,5 +281,36 @@ func TestCloseWhileWaiting(t *testing.T) {
 				t.Fatal("Context.Close did not unblock a waiter")
 			}
 		}
+	}
+}
+
+func TestOpenOptions(t *testing.T) {
+	t.Setenv("RDMAKIT_ARENA_SIZE", "lots")
+	if _, err := verbs.Open("shm0", verbs.Options{}); !errors.Is(err, verbs.ErrInvalidArgument) {
+		t.Fatalf("malformed RDMAKIT_ARENA_SIZE: %v, want ErrInvalidArgument", err)
+	}
+	t.Setenv("RDMAKIT_ARENA_SIZE", "256M")
+	ctx, err := verbs.Open("shm0", verbs.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctx.Close()
+	if got := ctx.Options().ArenaSize; got != 256<<20 {
+		t.Fatalf("arena size from the environment: %d", got)
+	}
+	pd, err := ctx.AllocPD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pd.AllocMR(512<<20, verbs.AccessLocalWrite); err == nil {
+		t.Fatal("512 MiB allocated from a 256 MiB arena")
+	}
+	ctx2, err := verbs.Open("shm0", verbs.Options{ArenaSize: 1 << 30})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctx2.Close()
+	if got := ctx2.Options().ArenaSize; got != 1<<30 {
+		t.Fatalf("explicit arena size: %d", got)
 	}
 }

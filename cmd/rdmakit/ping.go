@@ -149,7 +149,7 @@ func (p *pinger) setup(local bool) error {
 		}
 	}
 	var err error
-	if p.ctx, err = verbs.Open(name); err != nil {
+	if p.ctx, err = verbs.Open(name, verbs.Options{}); err != nil {
 		return err
 	}
 	if p.pd, err = p.ctx.AllocPD(); err != nil {

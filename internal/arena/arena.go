@@ -16,9 +16,7 @@ package arena
 import (
 	"errors"
 	"fmt"
-	"os"
 	"sort"
-	"strconv"
 	"sync"
 	"time"
 
@@ -47,16 +45,6 @@ type Arena struct {
 }
 
 type span struct{ off, n int }
-
-// SizeFromEnv returns the arena size to use.
-func SizeFromEnv() int {
-	if s := os.Getenv("RDMAKIT_ARENA_SIZE"); s != "" {
-		if v, err := strconv.ParseInt(s, 0, 64); err == nil && v > 0 {
-			return int(v)
-		}
-	}
-	return DefaultSize
-}
 
 // New creates an arena of size bytes (rounded up to pages).
 func New(name string, size int) (*Arena, error) {

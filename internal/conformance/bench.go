@@ -35,7 +35,7 @@ type End struct {
 // NewPair connects two QPs on device, each with a bufSize region.
 func NewPair(device string, bufSize, depth int) (*Pair, error) {
 	mk := func() (*End, error) {
-		ctx, err := verbs.Open(device)
+		ctx, err := verbs.Open(device, verbs.Options{})
 		if err != nil {
 			return nil, err
 		}

@@ -146,7 +146,7 @@ type lqp struct {
 
 // NewLocalPeer opens device and registers the standard regions.
 func NewLocalPeer(device string) (*LocalPeer, error) {
-	ctx, err := verbs.Open(device)
+	ctx, err := verbs.Open(device, verbs.Options{})
 	if err != nil {
 		return nil, err
 	}

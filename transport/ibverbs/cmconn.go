@@ -93,7 +93,7 @@ func (c *CMConn) wait(ctx context.Context, what string, want ...int) (cmEvent, e
 }
 
 func nativeQP(vq *verbs.QP) (*qp, *ctxDriver, error) {
-	q, ok := vq.Native().(*qp)
+	q, ok := vq.Driver().(*qp)
 	if !ok {
 		return nil, nil, fmt.Errorf("%w: rdma_cm connects QPs of ibverbs devices only", verbs.ErrNotSupported)
 	}

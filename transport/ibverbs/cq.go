@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 
 	"github.com/rdmakit/rdmakit/verbs"
+	vdriver "github.com/rdmakit/rdmakit/verbs/driver"
 )
 
 // cq is a device completion queue. Poll is one cgo call (ibv_poll_cq into a
@@ -37,7 +38,7 @@ type cq struct {
 	done       chan struct{}
 }
 
-func (d *ctxDriver) CreateCQ(cqe int) (verbs.NativeCQ, error) {
+func (d *ctxDriver) CreateCQ(cqe int) (vdriver.CQ, error) {
 	id := d.newID()
 	c, err := d.c.createCQ(cqe, id)
 	if err != nil {
@@ -90,10 +91,22 @@ func (q *cq) Poll(wcs []verbs.WorkCompletion) (int, error) {
 	return n, nil
 }
 
-// Wait: the first call after an event arms the CQ and returns at once, so
+// Wait sleeps on the completion channel until a completion can be polled.
+func (q *cq) Wait(ctx context.Context, wcs []verbs.WorkCompletion) (int, error) {
+	for {
+		if err := q.wait(ctx); err != nil {
+			return 0, err
+		}
+		if n, err := q.Poll(wcs); n > 0 || err != nil {
+			return n, err
+		}
+	}
+}
+
+// wait: the first call after an event arms the CQ and returns at once, so
 // that the caller polls again (completions that arrived before arming do
 // not raise an event); the next call sleeps until the event.
-func (q *cq) Wait(ctx context.Context) error {
+func (q *cq) wait(ctx context.Context) error {
 	q.mu.Lock()
 	if q.closed {
 		q.mu.Unlock()

@@ -34,7 +34,7 @@ type DmabufMR struct {
 // RegDmabufMR(pd, 0, size, uint64(ptr), fd, access). The allocation must
 // be aligned to the GPU page size (64 KiB) and stay allocated until Dereg.
 func RegDmabufMR(pd *verbs.PD, offset uint64, length int, iova uint64, fd int, access verbs.Access) (*DmabufMR, error) {
-	p, ok := pd.Native().(*pdT)
+	p, ok := pd.Driver().(*pdT)
 	if !ok {
 		return nil, fmt.Errorf("%w: dma-buf registration needs a PD of an ibverbs device", verbs.ErrNotSupported)
 	}

@@ -23,7 +23,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/rdmakit/rdmakit/internal/arena"
 	"github.com/rdmakit/rdmakit/verbs"
+	vdriver "github.com/rdmakit/rdmakit/verbs/driver"
 )
 
 // Enabled reports whether the package was built with the ibverbs tag.
@@ -318,7 +320,8 @@ func probeInline(c *cCtx, a devAttr) int {
 // ---------------------------------------------------------------- context
 
 type ctxDriver struct {
-	vctx  *verbs.Context
+	opts  verbs.Options
+	arena *arena.Arena // memory for AllocMR
 	info  verbs.DeviceInfo
 	extra devExtra
 	c     *cCtx
@@ -339,7 +342,7 @@ type ctxDriver struct {
 	openInfo verbs.DeviceInfo
 }
 
-func (driver) Open(dev verbs.DeviceInfo, vctx *verbs.Context) (verbs.ContextDriver, error) {
+func (driver) Open(dev verbs.DeviceInfo, opts verbs.Options) (vdriver.Context, error) {
 	c, err := openDevice(dev.Name)
 	if err != nil {
 		return nil, fmt.Errorf("ibv_open_device(%s): %v: %w", dev.Name, err, verbs.ErrNoDevice)
@@ -348,10 +351,15 @@ func (driver) Open(dev verbs.DeviceInfo, vctx *verbs.Context) (verbs.ContextDriv
 		c.close()
 		return nil, err
 	}
+	a, err := arena.New("rdmakit-"+dev.Name, int(opts.ArenaSize))
+	if err != nil {
+		c.close()
+		return nil, err
+	}
 	extraMu.Lock()
 	ex := extras[dev.Name]
 	extraMu.Unlock()
-	d := &ctxDriver{vctx: vctx, info: dev, extra: ex, c: c, iwarp: ex.iwarp,
+	d := &ctxDriver{opts: opts, arena: a, info: dev, extra: ex, c: c, iwarp: ex.iwarp,
 		cqs: map[uint64]*cq{}, qps: map[uint64]*qp{}, qpNums: map[uint32]*qp{}, gids: map[int][]gidEntry{}}
 	for _, p := range dev.Ports {
 		pa, err := c.queryPort(p.Num)
@@ -468,10 +476,6 @@ func (d *ctxDriver) markError(num uint32) {
 
 func (d *ctxDriver) CanRegister() bool { return true }
 
-func (d *ctxDriver) NewQP(*verbs.QP) (verbs.QPDriver, error) {
-	return nil, fmt.Errorf("%w: ibverbs queue pairs are native", verbs.ErrNotSupported)
-}
-
 // Close stops the event goroutines and closes the device. verbs has
 // destroyed every object made from the context.
 func (d *ctxDriver) Close() error {
@@ -492,6 +496,7 @@ func (d *ctxDriver) Close() error {
 		cm.close()
 	}
 	d.c.close()
+	d.arena.Close()
 	return nil
 }
 
@@ -530,7 +535,7 @@ type pdT struct {
 	c *cPD
 }
 
-func (d *ctxDriver) AllocPD() (verbs.NativePD, error) {
+func (d *ctxDriver) AllocPD() (vdriver.PD, error) {
 	c, err := d.c.allocPD()
 	if err != nil {
 		return nil, wrap("ibv_alloc_pd", err)
@@ -547,23 +552,54 @@ func (p *pdT) Close() error {
 
 type mr struct {
 	c          *cMR
+	buf        []byte
 	lkey, rkey uint32
+	a          *arena.Arena // non-nil: buf came from AllocMR
+	off        int
 }
 
-func (p *pdT) RegMR(buf []byte, access verbs.Access) (verbs.NativeMR, error) {
+// AllocMR registers memory from the context's arena: off-heap, page
+// aligned, zeroed.
+func (p *pdT) AllocMR(size int, access verbs.Access) (vdriver.MR, error) {
+	off, b, err := p.d.arena.Alloc(size)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", verbs.ErrNoMemory, err)
+	}
+	m, err := p.reg(b[:size:size], access)
+	if err != nil {
+		p.d.arena.Free(off, size)
+		return nil, err
+	}
+	m.a, m.off = p.d.arena, off
+	return m, nil
+}
+
+func (p *pdT) RegMR(buf []byte, access verbs.Access) (vdriver.MR, error) {
+	m, err := p.reg(buf, access)
+	if err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+func (p *pdT) reg(buf []byte, access verbs.Access) (*mr, error) {
 	c, err := p.c.regMR(buf, access)
 	if err != nil {
 		return nil, regError(len(buf), err)
 	}
 	l, r := c.keys()
-	return &mr{c: c, lkey: l, rkey: r}, nil
+	return &mr{c: c, buf: buf, lkey: l, rkey: r}, nil
 }
 
-func (m *mr) LKey() uint32 { return m.lkey }
-func (m *mr) RKey() uint32 { return m.rkey }
+func (m *mr) Bytes() []byte { return m.buf }
+func (m *mr) LKey() uint32  { return m.lkey }
+func (m *mr) RKey() uint32  { return m.rkey }
 func (m *mr) Dereg() error {
 	if err := m.c.dereg(); err != nil {
 		return wrap("ibv_dereg_mr", err)
+	}
+	if m.a != nil {
+		m.a.Free(m.off, len(m.buf))
 	}
 	return nil
 }
@@ -576,7 +612,7 @@ type srq struct {
 	wq *cWQ
 }
 
-func (p *pdT) CreateSRQ(cfg verbs.SRQConfig) (verbs.NativeSRQ, error) {
+func (p *pdT) CreateSRQ(cfg verbs.SRQConfig) (vdriver.SRQ, error) {
 	c, w, s, err := p.c.createSRQ(cfg.MaxWR, cfg.MaxSGE)
 	if err != nil {
 		return nil, wrap(fmt.Sprintf("ibv_create_srq(max_wr %d, max_sge %d)", cfg.MaxWR, cfg.MaxSGE), err)

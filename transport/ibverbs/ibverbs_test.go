@@ -100,12 +100,12 @@ func TestNoAllocs(t *testing.T) {
 
 // TestBadInput checks the errors that tell users what to do.
 func TestBadInput(t *testing.T) {
-	if _, err := verbs.Open("no-such-ibverbs-device"); err == nil {
+	if _, err := verbs.Open("no-such-ibverbs-device", verbs.Options{}); err == nil {
 		t.Fatal("opening a missing device succeeded")
 	}
 	for _, d := range devices(t) {
 		t.Run(d.Name, func(t *testing.T) {
-			ctx, err := verbs.Open(d.Name)
+			ctx, err := verbs.Open(d.Name, verbs.Options{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -137,7 +137,7 @@ func TestBadInput(t *testing.T) {
 
 func BenchmarkPollEmpty(b *testing.B) {
 	d := devices(b)[0]
-	ctx, err := verbs.Open(d.Name)
+	ctx, err := verbs.Open(d.Name, verbs.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -4,14 +4,13 @@ package ibverbs
 
 import (
 	"fmt"
-	"os"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/rdmakit/rdmakit/verbs"
+	vdriver "github.com/rdmakit/rdmakit/verbs/driver"
 )
 
 // qp is a device RC queue pair.
@@ -42,6 +41,9 @@ type qp struct {
 	// state is the last state set through Modify (the device may have
 	// moved on to ERROR; State asks the device).
 	state atomic.Uint32
+	// attrMu guards attr: the attributes applied so far.
+	attrMu sync.Mutex
+	attr   verbs.QPAttr
 
 	smu sync.Mutex // send queue C memory
 	sq  *cWQ
@@ -69,7 +71,7 @@ var wrOpcodes = [...]uint32{
 	verbs.OpFetchAndAdd:    ibvWROpFAA,
 }
 
-func (p *pdT) CreateQP(cfg verbs.NativeQPConfig) (verbs.NativeQP, error) {
+func (p *pdT) CreateQP(cfg vdriver.QPConfig) (vdriver.QP, error) {
 	d := p.d
 	scq, ok1 := cfg.SendCQ.(*cq)
 	rcq, ok2 := cfg.RecvCQ.(*cq)
@@ -162,18 +164,13 @@ func (q *qp) State() verbs.QPState {
 	return verbs.QPState(s) // ibv_qp_state values: RESET 0, INIT 1, RTR 2, RTS 3, SQD 4, SQE 5, ERR 6
 }
 
-func validTransition(from, to verbs.QPState) bool {
-	switch to {
-	case verbs.QPReset, verbs.QPError:
-		return true
-	case verbs.QPInit:
-		return from == verbs.QPReset || from == verbs.QPInit
-	case verbs.QPRTR:
-		return from == verbs.QPInit
-	case verbs.QPRTS:
-		return from == verbs.QPRTR || from == verbs.QPRTS
-	}
-	return false
+// Attr returns the attributes applied so far, with the current state.
+func (q *qp) Attr() verbs.QPAttr {
+	q.attrMu.Lock()
+	a := q.attr
+	q.attrMu.Unlock()
+	a.State = q.State()
+	return a
 }
 
 func (q *qp) Modify(attr *verbs.QPAttr) error {
@@ -182,15 +179,12 @@ func (q *qp) Modify(attr *verbs.QPAttr) error {
 		from = verbs.QPError
 	}
 	to := attr.State
-	if !validTransition(from, to) {
-		return fmt.Errorf("%w: %s → %s", verbs.ErrInvalidState, from, to)
+	if err := vdriver.CheckModify(from, attr); err != nil {
+		return err
 	}
 	var err error
 	switch to {
 	case verbs.QPInit:
-		if attr.AccessFlags&^verbs.AccessAll != 0 {
-			return fmt.Errorf("%w: access flags %#x", verbs.ErrInvalidArgument, uint32(attr.AccessFlags))
-		}
 		port := attr.Port
 		if port == 0 {
 			port = 1
@@ -210,9 +204,6 @@ func (q *qp) Modify(attr *verbs.QPAttr) error {
 			err = q.rtr(attr)
 		}
 	case verbs.QPRTS:
-		if attr.RetryCount > 7 || attr.RNRRetry > 7 || attr.Timeout > 31 {
-			return fmt.Errorf("%w: retry_cnt %d, rnr_retry %d (0..7), timeout %d (0..31)", verbs.ErrInvalidArgument, attr.RetryCount, attr.RNRRetry, attr.Timeout)
-		}
 		if q.iw != nil {
 			err = q.iw.rts(attr)
 		} else {
@@ -248,6 +239,9 @@ func (q *qp) Modify(attr *verbs.QPAttr) error {
 	if err != nil {
 		return err
 	}
+	q.attrMu.Lock()
+	q.attr = vdriver.MergeAttr(q.attr, from, attr)
+	q.attrMu.Unlock()
 	q.state.Store(uint32(to))
 	return nil
 }
@@ -338,12 +332,10 @@ func (q *qp) rtr(attr *verbs.QPAttr) error {
 }
 
 // sgidIndex chooses the local GID index for a destination GID;
-// RDMAKIT_IBV_GID_INDEX overrides the choice.
+// Options.GIDIndex (or RDMAKIT_IBV_GID_INDEX) overrides the choice.
 func (q *qp) sgidIndex(dgid [16]byte) (int, error) {
-	if s := os.Getenv("RDMAKIT_IBV_GID_INDEX"); s != "" {
-		if v, err := strconv.Atoi(s); err == nil && v >= 0 {
-			return v, nil
-		}
+	if o := q.d.opts; o.SetGIDIndex {
+		return o.GIDIndex, nil
 	}
 	e, ok := pickSGID(q.d.portGIDs(int(q.port), false), dgid)
 	if !ok {

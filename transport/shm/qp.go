@@ -9,13 +9,14 @@ import (
 
 	"github.com/rdmakit/rdmakit/internal/keytab"
 	"github.com/rdmakit/rdmakit/internal/rc"
+	"github.com/rdmakit/rdmakit/internal/soft"
 	"github.com/rdmakit/rdmakit/verbs"
 )
 
 // qpDriver executes one queue pair's send queue against its peer's arena.
 type qpDriver struct {
 	c    *ctxDriver
-	qp   *verbs.QP
+	qp   *soft.QP
 	addr []byte
 
 	// mu guards the fields below and is held while entries execute, so
@@ -154,7 +155,7 @@ func (d *qpDriver) run() {
 
 // exec performs one work request on the peer's memory, as the peer's
 // responder would, and returns its status.
-func (d *qpDriver) exec(e *verbs.SendEntry) rc.Status {
+func (d *qpDriver) exec(e *soft.SendEntry) rc.Status {
 	t := d.target
 	if !t.Accepting() || t.DestQPN() != d.qp.Num() {
 		// A QP that is not ready, gone, or connected elsewhere does not

@@ -17,8 +17,10 @@ import (
 	"time"
 
 	"github.com/rdmakit/rdmakit/internal/rc"
+	"github.com/rdmakit/rdmakit/internal/soft"
 	"github.com/rdmakit/rdmakit/internal/sys"
 	"github.com/rdmakit/rdmakit/verbs"
+	vdriver "github.com/rdmakit/rdmakit/verbs/driver"
 )
 
 // DeviceName is the one device of this transport.
@@ -31,7 +33,7 @@ var (
 	ErrPeerMap   = errors.New("shm: cannot map the peer's memory")
 )
 
-func init() { verbs.Register(driver{}) }
+func init() { verbs.Register(soft.NewDriver(driver{})) }
 
 type driver struct{}
 
@@ -50,7 +52,7 @@ func (driver) Devices() ([]verbs.DeviceInfo, error) {
 		MaxSGE:     verbs.MaxSGE,
 		MaxCQ:      1 << 16,
 		MaxCQE:     1 << 20,
-		MaxMR:      verbs.MaxMR,
+		MaxMR:      soft.MaxMR,
 		MaxPD:      1 << 16,
 		MaxSRQ:     1 << 16,
 		MaxSRQWR:   verbs.MaxQPWR,
@@ -211,7 +213,7 @@ func releasePeer(p *peer) {
 func (p *peer) dead() bool { return p.pidfd >= 0 && sys.ProcessExited(p.pidfd) }
 
 type ctxDriver struct {
-	ctx  *verbs.Context
+	ctx  *soft.Context
 	stop chan struct{}
 	done chan struct{}
 	kick chan struct{}
@@ -221,7 +223,7 @@ type ctxDriver struct {
 	qps map[*qpDriver]struct{}
 }
 
-func (driver) Open(dev verbs.DeviceInfo, ctx *verbs.Context) (verbs.ContextDriver, error) {
+func (driver) Open(dev verbs.DeviceInfo, opts vdriver.Options, ctx *soft.Context) (soft.ContextTransport, error) {
 	c := &ctxDriver{ctx: ctx, stop: make(chan struct{}), done: make(chan struct{}),
 		kick: make(chan struct{}, 1), qps: map[*qpDriver]struct{}{}}
 	ctxsMu.Lock()
@@ -242,7 +244,7 @@ func (c *ctxDriver) Close() error {
 	return nil
 }
 
-func (c *ctxDriver) NewQP(qp *verbs.QP) (verbs.QPDriver, error) {
+func (c *ctxDriver) NewQP(qp *soft.QP) (soft.QPTransport, error) {
 	mem, fd, ino := c.ctx.Arena()
 	d := &qpDriver{c: c, qp: qp}
 	d.addr = (&address{

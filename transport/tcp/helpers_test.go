@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rdmakit/rdmakit/internal/soft"
 	"github.com/rdmakit/rdmakit/verbs"
 )
 
@@ -67,7 +68,7 @@ func (o opts) withDefaults() opts {
 
 func openCtx(t testing.TB) *verbs.Context {
 	t.Helper()
-	ctx, err := verbs.Open(deviceName)
+	ctx, err := verbs.Open(deviceName, verbs.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -329,7 +330,7 @@ func (f *fakePeer) connectReal(e *end, o opts) {
 // driverOf returns the transport state of qp.
 func driverOf(t testing.TB, qp *verbs.QP) *qpDriver {
 	t.Helper()
-	cd := qp.Context().Driver().(*ctxDriver)
+	cd := qp.Context().Driver().(*soft.Context).Transport().(*ctxDriver)
 	cd.mu.Lock()
 	defer cd.mu.Unlock()
 	d := cd.qps[qp.Num()]

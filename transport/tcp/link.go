@@ -31,6 +31,7 @@ import (
 
 	"github.com/rdmakit/rdmakit/internal/keytab"
 	"github.com/rdmakit/rdmakit/internal/rc"
+	"github.com/rdmakit/rdmakit/internal/soft"
 	"github.com/rdmakit/rdmakit/verbs"
 )
 
@@ -58,7 +59,7 @@ var (
 
 type link struct {
 	d        *qpDriver
-	qp       *verbs.QP
+	qp       *soft.QP
 	t        *rc.Target
 	peer     qpAddr
 	peerIP   net.IP

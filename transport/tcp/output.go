@@ -17,6 +17,7 @@ package tcp
 // connection ended when it has read everything the peer sent before.
 
 import (
+	"github.com/rdmakit/rdmakit/internal/soft"
 	"github.com/rdmakit/rdmakit/internal/sys"
 	"github.com/rdmakit/rdmakit/verbs"
 )
@@ -148,7 +149,7 @@ func (l *link) buildBatchLocked() bool {
 	return n > 0
 }
 
-func encodeRequest(h header, e *verbs.SendEntry, q psn) {
+func encodeRequest(h header, e *soft.SendEntry, q psn) {
 	f := frame{op: reqOpcodes[e.WR.Opcode], psn: q, length: uint32(e.Len)}
 	if e.WR.Flags&verbs.SendSolicited != 0 {
 		f.flags = flagSolicited

@@ -1,6 +1,6 @@
 package tcp
 
-// Per-QP driver: the verbs.QPDriver methods. They run on the application's
+// Per-QP driver: the soft.QPTransport methods. They run on the application's
 // goroutines (verbs calls them without its locks held). Modify and Destroy
 // are serialised by modMu; everything they share with the QP's link
 // goroutines is guarded by mu.
@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/rdmakit/rdmakit/internal/rc"
+	"github.com/rdmakit/rdmakit/internal/soft"
 	"github.com/rdmakit/rdmakit/verbs"
 )
 
@@ -39,7 +40,7 @@ const (
 
 type qpDriver struct {
 	cd    *ctxDriver
-	qp    *verbs.QP
+	qp    *soft.QP
 	t     *rc.Target
 	num   uint32
 	nonce uint64
@@ -62,7 +63,7 @@ type qpDriver struct {
 	destroyed bool
 }
 
-func newQPDriver(cd *ctxDriver, qp *verbs.QP) *qpDriver {
+func newQPDriver(cd *ctxDriver, qp *soft.QP) *qpDriver {
 	d := &qpDriver{
 		cd:    cd,
 		qp:    qp,

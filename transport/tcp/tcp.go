@@ -20,7 +20,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rdmakit/rdmakit/internal/soft"
 	"github.com/rdmakit/rdmakit/verbs"
+	vdriver "github.com/rdmakit/rdmakit/verbs/driver"
 )
 
 // Device and transport names.
@@ -39,7 +41,7 @@ const (
 	handshakeTimeout = 5 * time.Second
 )
 
-func init() { verbs.Register(driver{}) }
+func init() { verbs.Register(soft.NewDriver(driver{})) }
 
 type driver struct{}
 
@@ -47,11 +49,11 @@ func (driver) Name() string { return transportName }
 
 func (driver) Devices() ([]verbs.DeviceInfo, error) { return []verbs.DeviceInfo{deviceInfo()}, nil }
 
-func (driver) Open(dev verbs.DeviceInfo, ctx *verbs.Context) (verbs.ContextDriver, error) {
+func (driver) Open(dev verbs.DeviceInfo, opts vdriver.Options, ctx *soft.Context) (soft.ContextTransport, error) {
 	if dev.Name != deviceName {
 		return nil, fmt.Errorf("%w: %q is not a tcp device", verbs.ErrNoDevice, dev.Name)
 	}
-	return openContext(ctx)
+	return openContext(ctx, opts.ListenAddr)
 }
 
 func listenAddr() string {
@@ -81,7 +83,7 @@ func deviceInfo() verbs.DeviceInfo {
 		MaxSGE:     verbs.MaxSGE,
 		MaxCQ:      1 << 16,
 		MaxCQE:     1 << 20,
-		MaxMR:      verbs.MaxMR,
+		MaxMR:      soft.MaxMR,
 		MaxPD:      1 << 16,
 		MaxSRQ:     1 << 16,
 		MaxSRQWR:   verbs.MaxQPWR,
@@ -121,15 +123,17 @@ func localIPs() []net.IP {
 // ListenAddr returns the address the tcp context ctx accepts connections
 // on, or nil if ctx is not a tcp context.
 func ListenAddr(ctx *verbs.Context) net.Addr {
-	if cd, ok := ctx.Driver().(*ctxDriver); ok {
-		return cd.ln.Addr()
+	if sc, ok := ctx.Driver().(*soft.Context); ok {
+		if cd, ok := sc.Transport().(*ctxDriver); ok {
+			return cd.ln.Addr()
+		}
 	}
 	return nil
 }
 
 // ctxDriver is the per-context state: the listener and the QP table.
 type ctxDriver struct {
-	ctx  *verbs.Context
+	ctx  *soft.Context
 	ln   *net.TCPListener
 	ip   net.IP // listen IP, unspecified for all interfaces
 	port uint16
@@ -144,11 +148,10 @@ type ctxDriver struct {
 	closed  bool
 }
 
-func openContext(ctx *verbs.Context) (*ctxDriver, error) {
-	addr := listenAddr()
+func openContext(ctx *soft.Context, addr string) (*ctxDriver, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("tcp: listen on %s (set %s): %w", addr, EnvAddr, err)
+		return nil, fmt.Errorf("tcp: listen on %s (Options.ListenAddr, %s): %w", addr, EnvAddr, err)
 	}
 	ta := ln.Addr().(*net.TCPAddr)
 	cd := &ctxDriver{
@@ -168,7 +171,7 @@ func openContext(ctx *verbs.Context) (*ctxDriver, error) {
 
 func (cd *ctxDriver) CanRegister() bool { return true }
 
-func (cd *ctxDriver) NewQP(qp *verbs.QP) (verbs.QPDriver, error) {
+func (cd *ctxDriver) NewQP(qp *soft.QP) (soft.QPTransport, error) {
 	d := newQPDriver(cd, qp)
 	cd.mu.Lock()
 	defer cd.mu.Unlock()

@@ -1,14 +1,14 @@
-package verbs
+package soft
 
 import (
 	"context"
 	"fmt"
-	"runtime"
 	"sync/atomic"
 	"time"
 
 	"github.com/rdmakit/rdmakit/internal/rc"
 	"github.com/rdmakit/rdmakit/internal/ring"
+	"github.com/rdmakit/rdmakit/verbs/driver"
 )
 
 // CQ is a completion queue. Its ring lives in the context's arena, so a
@@ -23,27 +23,12 @@ type CQ struct {
 	size int
 
 	closed atomic.Bool
-	native NativeCQ
 }
 
 // CreateCQ creates a completion queue with room for at least cqe entries.
-func (c *Context) CreateCQ(cqe int) (*CQ, error) {
+func (c *Context) CreateCQ(cqe int) (driver.CQ, error) {
 	if cqe <= 0 {
 		return nil, fmt.Errorf("%w: cqe must be positive", ErrInvalidArgument)
-	}
-	if c.info.MaxCQE > 0 && cqe > c.info.MaxCQE {
-		return nil, fmt.Errorf("%w: cqe %d exceeds the device's max_cqe %d", ErrInvalidArgument, cqe, c.info.MaxCQE)
-	}
-	if c.native != nil {
-		n, err := c.native.CreateCQ(cqe)
-		if err != nil {
-			return nil, err
-		}
-		cq := &CQ{ctx: c, native: n}
-		c.mu.Lock()
-		c.cqs[cq] = struct{}{}
-		c.mu.Unlock()
-		return cq, nil
 	}
 	n := ring.Size(cqe, rc.WCSize)
 	off, b, err := c.allocShared(n)
@@ -63,20 +48,12 @@ func (c *Context) CreateCQ(cqe int) (*CQ, error) {
 }
 
 // Cap returns the number of entries the CQ holds.
-func (cq *CQ) Cap() int {
-	if cq.native != nil {
-		return cq.native.Cap()
-	}
-	return cq.r.Cap()
-}
+func (cq *CQ) Cap() int { return cq.r.Cap() }
 
 // Poll moves up to len(wcs) completions into wcs and returns how many. It
 // never blocks and never allocates. Once the CQ has overflowed, Poll
 // returns what is left and then ErrCQOverflow.
 func (cq *CQ) Poll(wcs []WorkCompletion) (int, error) {
-	if cq.native != nil {
-		return cq.native.Poll(wcs)
-	}
 	var buf [rc.WCSize]byte
 	var w rc.WC
 	n := 0
@@ -99,42 +76,11 @@ func (cq *CQ) Poll(wcs []WorkCompletion) (int, error) {
 	return n, nil
 }
 
-// spinFor is how long Wait polls before it sleeps: waking a sleeping thread
-// costs tens of microseconds, far more than most completions take.
-const spinFor = 50 * time.Microsecond
-
-// Wait blocks until at least one completion is available, then behaves
-// like Poll. It returns ctx's error if ctx ends first and ErrClosed if the
-// CQ or its context is closed.
+// Wait blocks until at least one completion is available (verbs has
+// spun on Poll first), then behaves like Poll. It returns ctx's error if
+// ctx ends first and ErrClosed if the CQ or its context is closed; it
+// allocates only when ctx can be cancelled.
 func (cq *CQ) Wait(ctx context.Context, wcs []WorkCompletion) (int, error) {
-	if n, err := cq.Poll(wcs); n > 0 || err != nil {
-		return n, err
-	}
-	start := time.Now()
-	for i := 0; ; i++ {
-		if n, err := cq.Poll(wcs); n > 0 || err != nil {
-			return n, err
-		}
-		if i&63 == 63 {
-			if err := ctx.Err(); err != nil {
-				return 0, err
-			}
-			if time.Since(start) > spinFor {
-				break
-			}
-			runtime.Gosched()
-		}
-	}
-	if cq.native != nil {
-		for {
-			if err := cq.native.Wait(ctx); err != nil {
-				return 0, err
-			}
-			if n, err := cq.Poll(wcs); n > 0 || err != nil {
-				return n, err
-			}
-		}
-	}
 	if ctx.Done() != nil {
 		// Only a cancellable context needs waking (and costs an allocation).
 		stop := context.AfterFunc(ctx, cq.r.Notify)
@@ -165,16 +111,10 @@ func (cq *CQ) push(w *rc.WC) bool {
 }
 
 // Overflowed reports whether completions were lost.
-func (cq *CQ) Overflowed() bool {
-	return cq.native == nil && cq.r.Flags()&ring.FlagOverflow != 0
-}
+func (cq *CQ) Overflowed() bool { return cq.r.Flags()&ring.FlagOverflow != 0 }
 
 func (cq *CQ) markClosed() {
 	cq.closed.Store(true)
-	if cq.native != nil {
-		cq.native.Close()
-		return
-	}
 	cq.r.SetFlag(ring.FlagClosed)
 	cq.r.Notify()
 }
@@ -194,7 +134,7 @@ func (cq *CQ) Close() error {
 	delete(c.cqs, cq)
 	c.mu.Unlock()
 	cq.markClosed()
-	if live && cq.native == nil {
+	if live {
 		// Give waiters a moment to see the closed flag before the pages go.
 		time.AfterFunc(time.Second, func() { c.arena.Free(cq.off, cq.size) })
 	}

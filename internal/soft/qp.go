@@ -1,6 +1,6 @@
-package verbs
+package soft
 
-// Goroutines and ordering. Application goroutines call PostSend, PostRecv,
+// Goroutines and ordering. Application goroutines (through verbs) call PostSend, PostRecv,
 // Modify, Close in any number. PostSend validates and appends to the send
 // queue under mu, then calls the driver's PostSend outside the lock. The
 // driver executes entries strictly in order, on whatever goroutine it likes
@@ -19,27 +19,7 @@ import (
 	"github.com/rdmakit/rdmakit/internal/keytab"
 	"github.com/rdmakit/rdmakit/internal/rc"
 	"github.com/rdmakit/rdmakit/internal/ring"
-)
-
-// QPConfig configures a queue pair (ibv_qp_init_attr). The type is always
-// reliable connected (RC).
-type QPConfig struct {
-	SendCQ *CQ
-	RecvCQ *CQ
-	// SRQ, if set, supplies receives instead of the QP's own queue.
-	SRQ *SRQ
-	Cap QPCap
-	// SignalAll makes every send work request generate a completion.
-	SignalAll bool
-}
-
-// Limits of a queue pair.
-const (
-	MaxQPWR     = 16384
-	MaxInline   = 1024
-	MaxSGE      = rc.MaxSGE
-	MaxMsgSize  = 1 << 31
-	DefaultQPWR = 128
+	"github.com/rdmakit/rdmakit/verbs/driver"
 )
 
 // SendEntry is a posted send work request as a transport sees it: the work
@@ -71,7 +51,7 @@ type QP struct {
 	num    uint32
 	cap    QPCap
 	sigAll bool
-	drv    QPDriver
+	drv    QPTransport
 
 	qcb    rc.QCB
 	qcbOff int
@@ -92,45 +72,33 @@ type QP struct {
 	// cmu guards completing entries (head) and flushing.
 	cmu  sync.Mutex
 	head atomic.Uint64
-
-	native NativeQP // non-nil when the device implements the QP
 }
 
-// CreateQP creates an RC queue pair in RESET.
-func (pd *PD) CreateQP(cfg QPConfig) (*QP, error) {
+// CreateQP creates an RC queue pair in RESET; verbs has applied the
+// default capabilities and checked them against the limits.
+func (pd *PD) CreateQP(dc driver.QPConfig) (driver.QP, error) {
 	c := pd.ctx
-	if cfg.SendCQ == nil || cfg.RecvCQ == nil {
-		return nil, fmt.Errorf("%w: a QP needs a send CQ and a receive CQ", ErrInvalidArgument)
+	var cfg struct {
+		SendCQ, RecvCQ *CQ
+		SRQ            *SRQ
+		SignalAll      bool
 	}
-	if cfg.SendCQ.ctx != c || cfg.RecvCQ.ctx != c || (cfg.SRQ != nil && cfg.SRQ.pd.ctx != c) {
-		return nil, fmt.Errorf("%w: CQs and SRQ must belong to the QP's context", ErrInvalidArgument)
+	var ok bool
+	if cfg.SendCQ, ok = dc.SendCQ.(*CQ); !ok || cfg.SendCQ.ctx != c {
+		return nil, fmt.Errorf("%w: send CQ of another device or context", ErrInvalidArgument)
 	}
-	cp := cfg.Cap
-	if cp.MaxSendWR == 0 {
-		cp.MaxSendWR = DefaultQPWR
+	if cfg.RecvCQ, ok = dc.RecvCQ.(*CQ); !ok || cfg.RecvCQ.ctx != c {
+		return nil, fmt.Errorf("%w: receive CQ of another device or context", ErrInvalidArgument)
 	}
-	if cp.MaxRecvWR == 0 {
-		cp.MaxRecvWR = DefaultQPWR
+	if dc.SRQ != nil {
+		if cfg.SRQ, ok = dc.SRQ.(*SRQ); !ok || cfg.SRQ.pd.ctx != c {
+			return nil, fmt.Errorf("%w: SRQ of another device or context", ErrInvalidArgument)
+		}
 	}
-	if cp.MaxSendSGE == 0 {
-		cp.MaxSendSGE = 4
-	}
-	if cp.MaxRecvSGE == 0 {
-		cp.MaxRecvSGE = 4
-	}
-	if cp.MaxInlineData == 0 {
-		cp.MaxInlineData = 64
-	}
-	if cp.MaxSendWR < 0 || cp.MaxSendWR > MaxQPWR || cp.MaxRecvWR < 0 || cp.MaxRecvWR > MaxQPWR ||
-		cp.MaxSendSGE < 0 || cp.MaxSendSGE > MaxSGE || cp.MaxRecvSGE < 0 || cp.MaxRecvSGE > MaxSGE ||
-		cp.MaxInlineData < 0 || cp.MaxInlineData > MaxInline {
-		return nil, fmt.Errorf("%w: QP caps %+v beyond limits (wr %d, sge %d, inline %d)", ErrInvalidArgument, cp, MaxQPWR, MaxSGE, MaxInline)
-	}
+	cfg.SignalAll = dc.SignalAll
+	cp := dc.Cap
 	if cfg.SRQ != nil {
 		cp.MaxRecvWR, cp.MaxRecvSGE = 0, cfg.SRQ.maxSGE
-	}
-	if pd.native != nil {
-		return pd.createNativeQP(cfg, cp)
 	}
 	qp := &QP{ctx: c, pd: pd, sendCQ: cfg.SendCQ, recvCQ: cfg.RecvCQ, srq: cfg.SRQ, cap: cp, sigAll: cfg.SignalAll}
 
@@ -233,18 +201,10 @@ func (qp *QP) PD() *PD { return qp.pd }
 func (qp *QP) Context() *Context { return qp.ctx }
 
 // Address returns the transport address a peer puts in AddressHandle.Dest.
-func (qp *QP) Address() []byte {
-	if qp.native != nil {
-		return qp.native.Address()
-	}
-	return qp.drv.Address()
-}
+func (qp *QP) Address() []byte { return qp.drv.Address() }
 
 // State returns the current state.
 func (qp *QP) State() QPState {
-	if qp.native != nil {
-		return qp.native.State()
-	}
 	qp.syncState()
 	qp.mu.Lock()
 	defer qp.mu.Unlock()
@@ -258,86 +218,21 @@ func (qp *QP) Attr() QPAttr {
 	defer qp.mu.Unlock()
 	a := qp.attr
 	a.State = qp.state
-	if qp.native != nil {
-		a.State = qp.native.State()
-	}
 	return a
-}
-
-func validTransition(from, to QPState) bool {
-	switch to {
-	case QPReset, QPError:
-		return true
-	case QPInit:
-		return from == QPReset || from == QPInit
-	case QPRTR:
-		return from == QPInit
-	case QPRTS:
-		return from == QPRTR || from == QPRTS
-	}
-	return false
 }
 
 // Modify moves the QP to attr.State, applying the attributes of that
 // transition (see QPAttr). Invalid transitions return ErrInvalidState.
-func (qp *QP) Modify(attr QPAttr) error {
-	if qp.native != nil {
-		if err := qp.native.Modify(&attr); err != nil {
-			return err
-		}
-		qp.mu.Lock()
-		qp.attr, qp.state = attr, attr.State
-		qp.mu.Unlock()
-		return nil
-	}
+func (qp *QP) Modify(attr *QPAttr) error {
 	qp.syncState()
 	qp.mu.Lock()
 	from := qp.state
 	to := attr.State
-	if !validTransition(from, to) {
+	if err := driver.CheckModify(from, attr); err != nil {
 		qp.mu.Unlock()
-		return fmt.Errorf("%w: %s → %s", ErrInvalidState, from, to)
+		return err
 	}
-	switch to {
-	case QPInit:
-		if attr.AccessFlags&^(AccessRemoteWrite|AccessRemoteRead|AccessRemoteAtomic|AccessLocalWrite) != 0 {
-			qp.mu.Unlock()
-			return fmt.Errorf("%w: access flags %#x", ErrInvalidArgument, uint32(attr.AccessFlags))
-		}
-	case QPRTR:
-		if attr.PathMTU != 0 && attr.PathMTU.Bytes() == 0 {
-			qp.mu.Unlock()
-			return fmt.Errorf("%w: path MTU %d", ErrInvalidArgument, attr.PathMTU)
-		}
-		if attr.MinRNRTimer > 31 {
-			qp.mu.Unlock()
-			return fmt.Errorf("%w: min_rnr_timer %d (0..31)", ErrInvalidArgument, attr.MinRNRTimer)
-		}
-	case QPRTS:
-		if attr.RetryCount > 7 || attr.RNRRetry > 7 || attr.Timeout > 31 {
-			qp.mu.Unlock()
-			return fmt.Errorf("%w: retry_cnt %d, rnr_retry %d (0..7), timeout %d (0..31)", ErrInvalidArgument, attr.RetryCount, attr.RNRRetry, attr.Timeout)
-		}
-	}
-	next := qp.attr
-	switch to {
-	case QPInit:
-		next.AccessFlags, next.Port = attr.AccessFlags, attr.Port
-	case QPRTR:
-		next.PathMTU, next.DestQPN, next.RQPSN, next.AH = attr.PathMTU, attr.DestQPN, attr.RQPSN, attr.AH
-		next.MinRNRTimer, next.MaxDestRdAtomic = attr.MinRNRTimer, attr.MaxDestRdAtomic
-		if next.PathMTU == 0 {
-			next.PathMTU = MTU4096
-		}
-	case QPRTS:
-		if from == QPRTR {
-			next.SQPSN = attr.SQPSN
-		}
-		next.Timeout, next.RetryCount, next.RNRRetry, next.MaxRdAtomic = attr.Timeout, attr.RetryCount, attr.RNRRetry, attr.MaxRdAtomic
-	case QPReset:
-		next = QPAttr{}
-	}
-	next.State = to
+	next := driver.MergeAttr(qp.attr, from, attr)
 	qp.mu.Unlock()
 
 	// Responders (a tcp reader goroutine, a peer process) judge requests by
@@ -396,9 +291,6 @@ func (qp *QP) Modify(attr QPAttr) error {
 
 // syncState applies an ERROR state a peer recorded in the control block.
 func (qp *QP) syncState() {
-	if qp.native != nil {
-		return
-	}
 	if qp.qcb.State() == rc.StateError {
 		qp.mu.Lock()
 		s := qp.state
@@ -474,9 +366,6 @@ func (qp *QP) emitSend(e *SendEntry, st Status) {
 // stop the batch and are returned as a *PostError; work requests before it
 // were posted. Errors found while executing arrive as completions.
 func (qp *QP) PostSend(wrs []SendWR) error {
-	if qp.native != nil {
-		return qp.native.PostSend(wrs)
-	}
 	qp.syncState()
 	qp.mu.Lock()
 	if qp.state == QPError {
@@ -620,9 +509,6 @@ func (qp *QP) PostRecv(wrs []RecvWR) error {
 	if qp.srq != nil {
 		return postErr(0, ErrInvalidArgument, "QP %#x uses an SRQ; post receives to the SRQ", qp.num)
 	}
-	if qp.native != nil {
-		return qp.native.PostRecv(wrs)
-	}
 	qp.syncState()
 	qp.mu.Lock()
 	s := qp.state
@@ -661,10 +547,6 @@ func (qp *QP) destroyOnce() {
 	}
 	delete(c.qps, qp.num)
 	c.mu.Unlock()
-	if qp.native != nil {
-		qp.native.Close()
-		return
-	}
 	qp.mu.Lock()
 	from := qp.state
 	qp.state = QPReset
@@ -724,26 +606,4 @@ func (qp *QP) Config() QPAttr {
 	qp.mu.Lock()
 	defer qp.mu.Unlock()
 	return qp.attr
-}
-
-func (pd *PD) createNativeQP(cfg QPConfig, cp QPCap) (*QP, error) {
-	c := pd.ctx
-	nc := NativeQPConfig{SendCQ: cfg.SendCQ.native, RecvCQ: cfg.RecvCQ.native, Cap: cp, SignalAll: cfg.SignalAll}
-	if cfg.SRQ != nil {
-		nc.SRQ = cfg.SRQ.native
-	}
-	n, err := pd.native.CreateQP(nc)
-	if err != nil {
-		return nil, err
-	}
-	qp := &QP{ctx: c, pd: pd, sendCQ: cfg.SendCQ, recvCQ: cfg.RecvCQ, srq: cfg.SRQ, cap: n.Cap(), sigAll: cfg.SignalAll,
-		num: n.Num(), native: n}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
-		n.Close()
-		return nil, ErrClosed
-	}
-	c.qps[qp.num] = qp
-	return qp, nil
 }

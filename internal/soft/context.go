@@ -1,4 +1,4 @@
-package verbs
+package soft
 
 import (
 	"crypto/rand"
@@ -9,6 +9,7 @@ import (
 	"github.com/rdmakit/rdmakit/internal/arena"
 	"github.com/rdmakit/rdmakit/internal/keytab"
 	"github.com/rdmakit/rdmakit/internal/sys"
+	"github.com/rdmakit/rdmakit/verbs/driver"
 )
 
 // keySlots is the key table capacity; two keys per region at most half
@@ -19,10 +20,10 @@ const (
 	MaxMR = keySlots / 4
 )
 
-// Context is an open device.
+// Context is an open software device.
 type Context struct {
 	info  DeviceInfo
-	drv   ContextDriver
+	drv   ContextTransport
 	arena *arena.Arena
 	keys  keytab.Table
 	// keysOff is where the key table lives in the arena.
@@ -36,22 +37,16 @@ type Context struct {
 	srqs   map[*SRQ]struct{}
 	pds    map[*PD]struct{}
 	closed bool
-
-	native NativeContext // non-nil when the device implements the objects
 }
 
-// Open opens the device called name (as listed by Devices).
-func Open(name string) (*Context, error) {
-	d, info, err := findDevice(name)
+// open opens dev of transport t.
+func open(t Transport, dev DeviceInfo, opts driver.Options) (*Context, error) {
+	a, err := arena.New("rdmakit-"+dev.Name, int(opts.ArenaSize))
 	if err != nil {
 		return nil, err
 	}
-	a, err := arena.New("rdmakit-"+name, arena.SizeFromEnv())
-	if err != nil {
-		return nil, fmt.Errorf("verbs: open %s: %w", name, err)
-	}
 	c := &Context{
-		info:  info,
+		info:  dev,
 		arena: a,
 		qps:   map[uint32]*QP{},
 		cqs:   map[*CQ]struct{}{},
@@ -66,20 +61,19 @@ func Open(name string) (*Context, error) {
 	}
 	c.keysOff = off
 	c.keys = keytab.Init(b, keySlots)
-	c.drv, err = d.Open(info, c)
+	c.drv, err = t.Open(dev, opts, c)
 	if err != nil {
 		a.Close()
-		return nil, fmt.Errorf("verbs: open %s: %w", name, err)
+		return nil, err
 	}
-	c.native, _ = c.drv.(NativeContext)
 	return c, nil
 }
 
 // Info returns the device's attributes (ibv_query_device).
 func (c *Context) Info() DeviceInfo { return c.info }
 
-// Driver returns the transport's context state (for transports).
-func (c *Context) Driver() ContextDriver { return c.drv }
+// Transport returns the transport's context state.
+func (c *Context) Transport() ContextTransport { return c.drv }
 
 // Arena returns the context's arena memory, its memfd and inode (for
 // transports that share it with peers).
@@ -120,21 +114,6 @@ func (c *Context) Close() error {
 	for _, q := range cqs {
 		q.markClosed()
 	}
-	if c.native != nil {
-		c.mu.Lock()
-		for _, m := range c.mrs {
-			if m != nil && m.native != nil {
-				m.native.Dereg()
-			}
-		}
-		for s := range c.srqs {
-			s.native.Close()
-		}
-		for pd := range c.pds {
-			pd.native.Close()
-		}
-		c.mu.Unlock()
-	}
 	err := c.drv.Close()
 	c.arena.Close()
 	return err
@@ -148,33 +127,21 @@ func randUint32() uint32 {
 	return binary.LittleEndian.Uint32(b[:])
 }
 
-// RandomPSN returns a random 24-bit packet sequence number, for the initial
-// PSN of a queue pair.
-func RandomPSN() uint32 { return randUint32() & 0xffffff }
-
 // PD is a protection domain: regions and queue pairs of different PDs
 // cannot be used together.
 type PD struct {
 	ctx    *Context
 	handle uint32
-	native NativePD
 }
 
 // AllocPD allocates a protection domain.
-func (c *Context) AllocPD() (*PD, error) {
+func (c *Context) AllocPD() (driver.PD, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
 		return nil, ErrClosed
 	}
 	pd := &PD{ctx: c, handle: randUint32() | 1}
-	if c.native != nil {
-		n, err := c.native.AllocPD()
-		if err != nil {
-			return nil, err
-		}
-		pd.native = n
-	}
 	c.pds[pd] = struct{}{}
 	return pd, nil
 }
@@ -198,9 +165,6 @@ func (pd *PD) Close() error {
 		}
 	}
 	delete(c.pds, pd)
-	if pd.native != nil {
-		return pd.native.Close()
-	}
 	return nil
 }
 
@@ -215,18 +179,14 @@ type MR struct {
 	// arenaOff is the offset in the arena, or -1 for caller memory.
 	arenaOff int
 	owned    bool
-	native   NativeMR
 }
 
 // AllocMR allocates size bytes of off-heap memory (from the context's
 // arena) and registers them with access. The memory is zeroed, page
 // aligned, and reachable by every transport, including peer processes.
-func (pd *PD) AllocMR(size int, access Access) (*MR, error) {
+func (pd *PD) AllocMR(size int, access Access) (driver.MR, error) {
 	if size < 0 {
 		return nil, fmt.Errorf("%w: negative size", ErrInvalidArgument)
-	}
-	if uint64(size) > pd.ctx.info.MaxMRSize && pd.ctx.info.MaxMRSize != 0 {
-		return nil, fmt.Errorf("%w: %d bytes exceeds the device's max_mr_size %d", ErrInvalidArgument, size, pd.ctx.info.MaxMRSize)
 	}
 	off, b, err := pd.ctx.allocShared(size)
 	if err != nil {
@@ -245,23 +205,19 @@ func (pd *PD) AllocMR(size int, access Access) (*MR, error) {
 // not be reused until DeregMR. Transports that cannot reach caller memory
 // (shm: peers map only the arena) return ErrNotSupported; use AllocMR.
 // Memory that AllocMR returned may be registered again with other access.
-func (pd *PD) RegMR(buf []byte, access Access) (*MR, error) {
-	if off := pd.ctx.arena.Offset(buf); off >= 0 {
-		return pd.register(buf, off, access)
-	}
-	if pd.native == nil && !pd.ctx.drv.CanRegister() {
+func (pd *PD) RegMR(buf []byte, access Access) (driver.MR, error) {
+	off := pd.ctx.arena.Offset(buf)
+	if off < 0 && !pd.ctx.drv.CanRegister() {
 		return nil, fmt.Errorf("%w: %s cannot reach caller memory; allocate it with AllocMR", ErrNotSupported, pd.ctx.info.Transport)
 	}
-	return pd.register(buf, -1, access)
+	mr, err := pd.register(buf, off, access)
+	if err != nil {
+		return nil, err
+	}
+	return mr, nil
 }
 
 func (pd *PD) register(buf []byte, arenaOff int, access Access) (*MR, error) {
-	if access&^AccessAll != 0 {
-		return nil, fmt.Errorf("%w: unknown access flags %#x", ErrInvalidArgument, uint32(access))
-	}
-	if access&(AccessRemoteWrite|AccessRemoteAtomic) != 0 && access&AccessLocalWrite == 0 {
-		return nil, fmt.Errorf("%w: REMOTE_WRITE and REMOTE_ATOMIC need LOCAL_WRITE too", ErrInvalidArgument)
-	}
 	c := pd.ctx
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -289,15 +245,6 @@ func (pd *PD) register(buf []byte, arenaOff int, access Access) (*MR, error) {
 		c.mrs = append(c.mrs, nil)
 	}
 	mr := &MR{pd: pd, buf: buf, access: access, index: uint32(idx), arenaOff: arenaOff}
-	if pd.native != nil {
-		n, err := pd.native.RegMR(buf, access)
-		if err != nil {
-			return nil, fmt.Errorf("verbs: register %d bytes: %w", len(buf), err)
-		}
-		mr.native, mr.lkey, mr.rkey = n, n.LKey(), n.RKey()
-		c.mrs[idx] = mr
-		return mr, nil
-	}
 	handle := keytab.NoHandle
 	if arenaOff >= 0 {
 		handle = uint64(arenaOff)
@@ -355,14 +302,8 @@ func (mr *MR) Dereg() error {
 	if int(mr.index) >= len(c.mrs) || c.mrs[mr.index] != mr {
 		return fmt.Errorf("%w: region already deregistered", ErrInvalidArgument)
 	}
-	if mr.native != nil {
-		if err := mr.native.Dereg(); err != nil {
-			return err
-		}
-	} else {
-		c.keys.Remove(mr.lkey)
-		c.keys.Remove(mr.rkey)
-	}
+	c.keys.Remove(mr.lkey)
+	c.keys.Remove(mr.rkey)
 	c.mrs[mr.index] = nil
 	if mr.owned && !c.closed {
 		c.arena.Free(mr.arenaOff, len(mr.buf))

@@ -1,18 +1,12 @@
-package verbs
+package soft
 
 import (
 	"fmt"
 
 	"github.com/rdmakit/rdmakit/internal/rc"
 	"github.com/rdmakit/rdmakit/internal/ring"
+	"github.com/rdmakit/rdmakit/verbs/driver"
 )
-
-// SRQConfig configures a shared receive queue. Zero fields take defaults:
-// 1024 work requests, 4 SGEs.
-type SRQConfig struct {
-	MaxWR  int
-	MaxSGE int
-}
 
 // SRQ is a shared receive queue: queue pairs created with it take their
 // receives from it instead of from their own receive queue.
@@ -21,11 +15,10 @@ type SRQ struct {
 	r      ring.Ring
 	off, n int
 	maxSGE int
-	native NativeSRQ
 }
 
 // CreateSRQ creates a shared receive queue.
-func (pd *PD) CreateSRQ(cfg SRQConfig) (*SRQ, error) {
+func (pd *PD) CreateSRQ(cfg SRQConfig) (driver.SRQ, error) {
 	if cfg.MaxWR == 0 {
 		cfg.MaxWR = 1024
 	}
@@ -36,17 +29,6 @@ func (pd *PD) CreateSRQ(cfg SRQConfig) (*SRQ, error) {
 		return nil, fmt.Errorf("%w: SRQ max_wr %d, max_sge %d (max %d)", ErrInvalidArgument, cfg.MaxWR, cfg.MaxSGE, rc.MaxSGE)
 	}
 	c := pd.ctx
-	if pd.native != nil {
-		n, err := pd.native.CreateSRQ(cfg)
-		if err != nil {
-			return nil, err
-		}
-		s := &SRQ{pd: pd, maxSGE: cfg.MaxSGE, native: n}
-		c.mu.Lock()
-		c.srqs[s] = struct{}{}
-		c.mu.Unlock()
-		return s, nil
-	}
 	n := ring.Size(cfg.MaxWR, rc.RecvWQESize(cfg.MaxSGE))
 	off, b, err := c.allocShared(n)
 	if err != nil {
@@ -61,9 +43,6 @@ func (pd *PD) CreateSRQ(cfg SRQConfig) (*SRQ, error) {
 
 // PostRecv posts receives to the SRQ.
 func (s *SRQ) PostRecv(wrs []RecvWR) error {
-	if s.native != nil {
-		return s.native.PostRecv(wrs)
-	}
 	if err := postRecvRing(s.r, s.maxSGE, wrs); err != nil {
 		return err
 	}
@@ -93,9 +72,6 @@ func (s *SRQ) Close() error {
 		}
 	}
 	delete(c.srqs, s)
-	if s.native != nil {
-		return s.native.Close()
-	}
 	c.arena.Free(s.off, s.n)
 	return nil
 }
