@@ -31,6 +31,7 @@ package conformance
 // loosened status sets above accept either IBA-permitted code.
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -133,7 +134,7 @@ func expectOneOf(t *testing.T, wc WC, sts ...verbs.Status) {
 // expectNotSupported fails unless err says the device cannot do it.
 func expectNotSupported(t *testing.T, err error, what string) {
 	t.Helper()
-	if err == nil || !strings.Contains(err.Error(), verbs.ErrNotSupported.Error()) {
+	if !errors.Is(err, verbs.ErrNotSupported) {
 		t.Fatalf("%s on a device without it: got %v, want %v", what, err, verbs.ErrNotSupported)
 	}
 }

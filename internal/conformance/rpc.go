@@ -29,6 +29,52 @@ type request struct {
 type response struct {
 	R json.RawMessage
 	E string
+	// Code names the verbs sentinel or completion status E wraps, so that
+	// errors.Is works on the parent's side as on the child's.
+	Code string `json:",omitempty"`
+}
+
+// sentinels are the errors whose identity crosses the process boundary.
+var sentinels = map[string]error{
+	"ErrNoDevice": verbs.ErrNoDevice, "ErrNotSupported": verbs.ErrNotSupported,
+	"ErrInvalidArgument": verbs.ErrInvalidArgument, "ErrInvalidState": verbs.ErrInvalidState,
+	"ErrQueueFull": verbs.ErrQueueFull, "ErrCQOverflow": verbs.ErrCQOverflow, "ErrClosed": verbs.ErrClosed,
+	"ErrBusy": verbs.ErrBusy, "ErrNoMemory": verbs.ErrNoMemory,
+}
+
+// errCode returns the name of the sentinel (or "status N") err wraps.
+func errCode(err error) string {
+	for name, s := range sentinels {
+		if errors.Is(err, s) {
+			return name
+		}
+	}
+	var st verbs.Status
+	if errors.As(err, &st) {
+		return fmt.Sprintf("status %d", uint32(st))
+	}
+	return ""
+}
+
+// remoteError rebuilds an error of the child: its message, wrapping the
+// sentinel or status the child's error wrapped.
+type remoteError struct {
+	msg  string
+	code error
+}
+
+func (e *remoteError) Error() string { return e.msg }
+func (e *remoteError) Unwrap() error { return e.code }
+
+func decodeErr(msg, code string) error {
+	if s, ok := sentinels[code]; ok {
+		return &remoteError{msg, s}
+	}
+	var n uint32
+	if _, err := fmt.Sscanf(code, "status %d", &n); err == nil {
+		return &remoteError{msg, verbs.Status(n)}
+	}
+	return errors.New(msg)
 }
 
 type args struct {
@@ -58,7 +104,7 @@ func ServePeerIfChild() {
 	p, err := NewLocalPeer(dev)
 	out := json.NewEncoder(os.Stdout)
 	if err != nil {
-		out.Encode(response{E: "open: " + err.Error()})
+		out.Encode(response{E: "open: " + err.Error(), Code: errCode(err)})
 		os.Exit(1)
 	}
 	out.Encode(response{})
@@ -75,7 +121,7 @@ func ServePeerIfChild() {
 		r, err := dispatch(p, req.M, &a)
 		resp := response{}
 		if err != nil {
-			resp.E = err.Error()
+			resp.E, resp.Code = err.Error(), errCode(err)
 		}
 		if r != nil {
 			resp.R, _ = json.Marshal(r)
@@ -177,7 +223,7 @@ func (p *remotePeer) call(m string, a args, r any) error {
 		return fmt.Errorf("peer %s: %w", m, err)
 	}
 	if resp.E != "" {
-		return errors.New(resp.E)
+		return decodeErr(resp.E, resp.Code)
 	}
 	if r != nil && resp.R != nil {
 		return json.Unmarshal(resp.R, r)
