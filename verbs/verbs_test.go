@@ -314,3 +314,40 @@ func TestOpenOptions(t *testing.T) {
 		t.Fatalf("explicit arena size: %d", got)
 	}
 }
+
+// A work request with an unknown opcode is refused in every state, without
+// a panic and without leaving a lock held (the QP keeps working).
+func TestInvalidOpcodeInError(t *testing.T) {
+	ctx, pd := open(t)
+	cq, err := ctx.CreateCQ(16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	qp, err := pd.CreateQP(verbs.QPConfig{SendCQ: cq, RecvCQ: cq})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer qp.Close()
+	if err := qp.Modify(verbs.QPAttr{State: verbs.QPError}); err != nil {
+		t.Fatal(err)
+	}
+	for _, op := range []verbs.Opcode{7, 99, 255} {
+		err := qp.PostSend([]verbs.SendWR{{ID: 1, Opcode: op}})
+		var pe *verbs.PostError
+		if !errors.As(err, &pe) || !errors.Is(err, verbs.ErrInvalidArgument) {
+			t.Fatalf("opcode %d on a QP in ERROR: %v", op, err)
+		}
+	}
+	// Still usable: a valid one completes with WRFlush, and state changes work.
+	if err := qp.PostSend([]verbs.SendWR{{ID: 2, Opcode: verbs.OpWrite, Flags: verbs.SendSignaled}}); err != nil {
+		t.Fatal(err)
+	}
+	wcs := make([]verbs.WorkCompletion, 4)
+	n, err := cq.Poll(wcs)
+	if err != nil || n != 1 || wcs[0].WRID != 2 || wcs[0].Status != verbs.StatusWRFlush {
+		t.Fatalf("flush completion: n=%d %v %+v", n, err, wcs[0])
+	}
+	if err := qp.Modify(verbs.QPAttr{State: verbs.QPReset}); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -67,6 +67,7 @@ var cases = []testCase{
 	{"local-protection", withCaps(capLocalProtection)},
 	{"receive-too-small", withCaps(capRecvTooSmall)},
 	{"cq-overflow", withCaps(capCQOverflow)},
+	{"state-before-error-completion", testStateBeforeErrorCompletion},
 	{"fetch-add-2x4", testFetchAddConcurrent},
 	{"peer-death", testPeerDeath},
 }
@@ -485,3 +486,42 @@ func testPeerDeath(t *testing.T, e *env) {
 }
 
 var _ = fmt.Sprintf
+
+// testStateBeforeErrorCompletion: by the time an error completion can be
+// polled, the QP reports ERROR (a program that polls an error and then
+// looks at the state must not see RTS). Repeated, since a transport that
+// completes first and changes the state after loses only a race.
+func testStateBeforeErrorCompletion(t *testing.T, e *env) {
+	rounds := 40
+	if testing.Short() {
+		rounds = 10
+	}
+	wcs := make([]verbs.WorkCompletion, 4)
+	for i := 0; i < rounds; i++ {
+		ia, _ := e.pair(t, defaultOpts, defaultOpts)
+		q, err := e.a.get(ia)
+		must(t, err)
+		rb := e.rb["rw"]
+		must(t, e.a.PostSend(ia, []WR{{ID: 1, Op: verbs.OpWrite, Signaled: true, Region: "src", Lens: []int{8},
+			RemoteAddr: rb.Addr, RKey: rb.RKey ^ 0x5a5a5a5a}}))
+		deadline := time.Now().Add(pollTimeout)
+		for {
+			n, err := q.scq.Poll(wcs)
+			if n > 0 {
+				st := q.qp.State()
+				if wcs[0].Status == verbs.StatusSuccess {
+					t.Fatalf("round %d: a write with a wrong rkey succeeded", i)
+				}
+				if st != verbs.QPError {
+					t.Fatalf("round %d: error completion (%s) polled while the QP is %s", i, wcs[0].Status, st)
+				}
+				break
+			}
+			must(t, err)
+			if time.Now().After(deadline) {
+				t.Fatalf("round %d: no completion", i)
+			}
+		}
+		must(t, e.a.CloseQP(ia))
+	}
+}

@@ -308,21 +308,27 @@ func (qp *QP) syncState() {
 func (qp *QP) Fail() { qp.enterError(false) }
 
 func (qp *QP) enterError(notify bool) {
-	qp.mu.Lock()
-	if qp.state == QPError {
-		qp.mu.Unlock()
-		return
-	}
-	from := qp.state
-	qp.state = QPError
-	qp.attr.State = QPError
-	qp.qcb.SetState(rc.StateError)
-	qp.mu.Unlock()
-	if notify {
+	from, changed := qp.markError()
+	if notify && changed {
 		qp.drv.Modify(from, QPError, nil)
 	}
 	qp.flushSQ()
 	qp.flushRQ()
+}
+
+// markError moves the QP to ERROR without flushing; it reports the state
+// it left and whether it changed anything.
+func (qp *QP) markError() (from QPState, changed bool) {
+	qp.mu.Lock()
+	defer qp.mu.Unlock()
+	from = qp.state
+	if from == QPError {
+		return from, false
+	}
+	qp.state = QPError
+	qp.attr.State = QPError
+	qp.qcb.SetState(rc.StateError)
+	return from, true
 }
 
 func (qp *QP) flushSQ() {
@@ -370,7 +376,12 @@ func (qp *QP) PostSend(wrs []SendWR) error {
 	qp.mu.Lock()
 	if qp.state == QPError {
 		qp.mu.Unlock()
+		// Work requests are still checked for what makes them work
+		// requests at all; each valid one completes with WRFlush.
 		for i := range wrs {
+			if wrs[i].Opcode > OpFetchAndAdd {
+				return postErr(i, ErrInvalidArgument, "unknown opcode %d", wrs[i].Opcode)
+			}
 			e := SendEntry{WR: wrs[i]}
 			qp.cmu.Lock()
 			qp.emitSend(&e, StatusWRFlush)
@@ -575,6 +586,11 @@ func (qp *QP) SendEntry(seq uint64) *SendEntry { return &qp.sq[seq%uint64(len(qp
 // failure moves the QP to ERROR and flushes the rest; CompleteSend then
 // returns false and the transport must stop executing entries.
 func (qp *QP) CompleteSend(st Status) bool {
+	if st != StatusSuccess {
+		// The QP shows ERROR before its first error completion can be
+		// polled.
+		qp.markError()
+	}
 	qp.cmu.Lock()
 	h := qp.head.Load()
 	if h >= qp.tail.Load() {
