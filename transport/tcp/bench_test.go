@@ -3,7 +3,7 @@ package tcp
 import (
 	"context"
 	"fmt"
-	"github.com/rdmakit/rdmakit/internal/conformance"
+	"github.com/rdmakit/rdmakit/internal/perftest"
 	"runtime"
 	"syscall"
 	"testing"
@@ -193,4 +193,4 @@ func cpuTime() time.Duration {
 
 // BenchmarkVerbs is the benchmark set every transport runs (latency in
 // usec with perftest's definitions, bandwidth in MB/s).
-func BenchmarkVerbs(b *testing.B) { conformance.Bench(b, "tcp0") }
+func BenchmarkVerbs(b *testing.B) { perftest.Bench(b, "tcp0") }
