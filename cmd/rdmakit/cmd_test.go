@@ -2,25 +2,19 @@ package main
 
 import (
 	"bytes"
+	"github.com/rdmakit/rdmakit/internal/reexec"
 	"net"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 )
 
-// The test binary acts as rdmakit when this variable is set: the tests run
-// it (and its loopback mode re-executes it) as the built command.
-const mainEnv = "RDMAKIT_CMD_TEST_MAIN"
-
+// The test binary acts as rdmakit in the role "rdmakit" (main.go): the
+// tests run it (and its loopback mode re-executes it) as the built command.
 func TestMain(m *testing.M) {
-	if os.Getenv(mainEnv) != "" {
-		os.Args = append([]string{"rdmakit"}, os.Args[1:]...)
-		main()
-		os.Exit(0)
-	}
+	reexec.Init()
 	os.Exit(m.Run())
 }
 
@@ -28,8 +22,7 @@ func TestMain(m *testing.M) {
 // exit status.
 func rdmakit(t *testing.T, args ...string) (string, string, int) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], args...)
-	cmd.Env = append(os.Environ(), mainEnv+"=1")
+	cmd := reexec.Command("rdmakit", args)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	done := make(chan error, 1)

@@ -20,6 +20,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/rdmakit/rdmakit/internal/reexec"
 	"io"
 	"math"
 	"os"
@@ -101,6 +102,7 @@ type collPerfFlags struct {
 }
 
 func collPerf(args []string) int {
+	cmdline := append([]string{"coll-perf"}, args...) // for rank processes
 	fs := flag.NewFlagSet("coll-perf", flag.ContinueOnError)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: rdmakit coll-perf all_reduce|all_gather|reduce_scatter|broadcast|reduce|alltoall|sendrecv [flags]\n\n")
@@ -176,7 +178,7 @@ func collPerf(args []string) int {
 	launch, err := coll.DetectLaunch()
 	switch {
 	case errors.Is(err, coll.ErrNoLauncher) && p.ranks > 1:
-		return collLaunchRanks(p.ranks)
+		return collLaunchRanks(p.ranks, cmdline)
 	case errors.Is(err, coll.ErrNoLauncher):
 		launch = coll.Launch{Launcher: "single", NRanks: 1, LocalRank: 0, Addr: "127.0.0.1:0"}
 	case err != nil:
@@ -219,26 +221,20 @@ func collPerf(args []string) int {
 // whose rendezvous this process serves. Rank 0's output is ours; every
 // rank's errors go to our stderr. Children die with us (Pdeathsig) and are
 // killed if one of them fails.
-func collLaunchRanks(n int) int {
+func collLaunchRanks(n int, cmdline []string) int {
 	id, err := coll.GetUniqueID()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "coll-perf:", err)
 		return 1
 	}
-	exe, err := os.Executable()
-	if err != nil {
-		exe = os.Args[0]
-	}
 	cmds := make([]*exec.Cmd, n)
 	for i := range cmds {
-		cmd := exec.Command(exe, os.Args[1:]...)
-		cmd.Env = append(os.Environ(),
+		cmd := reexec.Command("rdmakit", cmdline,
 			coll.EnvID+"="+id.String(), coll.EnvRank+"="+strconv.Itoa(i), coll.EnvNRanks+"="+strconv.Itoa(n))
 		if i == 0 {
 			cmd.Stdout = os.Stdout
 		}
 		cmd.Stderr = os.Stderr
-		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 		cmds[i] = cmd
 	}
 	killAll := func() {

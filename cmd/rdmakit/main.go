@@ -7,6 +7,7 @@ package main
 
 import (
 	"fmt"
+	"github.com/rdmakit/rdmakit/internal/reexec"
 	"os"
 	"sort"
 
@@ -42,19 +43,31 @@ func usage() {
 	fmt.Fprintf(os.Stderr, "\nrun 'rdmakit COMMAND -h' for a command's flags\n")
 }
 
+// The children rdmakit starts of itself (perf --loopback's server,
+// coll-perf --ranks's ranks) run in the role "rdmakit": a command line of
+// this program (internal/reexec).
+func init() { reexec.Register("rdmakit", run) }
+
 func main() {
-	if len(os.Args) < 2 || os.Args[1] == "-h" || os.Args[1] == "--help" || os.Args[1] == "help" {
+	reexec.Init()
+	os.Exit(run(os.Args[1:]))
+}
+
+// run runs the command line args (without the program name) and returns
+// the exit status.
+func run(args []string) int {
+	if len(args) < 1 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		usage()
-		if len(os.Args) < 2 {
-			os.Exit(2)
+		if len(args) < 1 {
+			return 2
 		}
-		return
+		return 0
 	}
-	c, ok := commands[os.Args[1]]
+	c, ok := commands[args[0]]
 	if !ok {
-		fmt.Fprintf(os.Stderr, "rdmakit: unknown command %q\n", os.Args[1])
+		fmt.Fprintf(os.Stderr, "rdmakit: unknown command %q\n", args[0])
 		usage()
-		os.Exit(2)
+		return 2
 	}
-	os.Exit(c.run(os.Args[2:]))
+	return c.run(args[1:])
 }

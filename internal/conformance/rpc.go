@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/rdmakit/rdmakit/internal/reexec"
 	"io"
 	"os"
 	"os/exec"
@@ -19,7 +20,10 @@ import (
 	"github.com/rdmakit/rdmakit/verbs"
 )
 
-const childEnv = "RDMAKIT_CONFORMANCE_PEER"
+// peerRole is the role (internal/reexec) of a peer process.
+const peerRole = "conformance-peer"
+
+func init() { reexec.Register(peerRole, servePeer) }
 
 type request struct {
 	M string
@@ -94,18 +98,22 @@ type args struct {
 	RKey    uint32
 }
 
-// ServePeerIfChild turns the process into a conformance peer when the test
-// binary was started as one by Run. Call it first thing in TestMain.
-func ServePeerIfChild() {
-	dev := os.Getenv(childEnv)
-	if dev == "" {
-		return
-	}
-	p, err := NewLocalPeer(dev)
+// ServePeerIfChild turns the process into a conformance peer (or whatever
+// other role internal/reexec started it in) when the test binary was
+// started as one by Run. Call it first thing in TestMain.
+func ServePeerIfChild() { reexec.Init() }
+
+// servePeer serves a LocalPeer on the device argv[0] over stdin/stdout.
+func servePeer(argv []string) int {
 	out := json.NewEncoder(os.Stdout)
+	if len(argv) != 1 {
+		out.Encode(response{E: "peer: want one argument, the device"})
+		return 2
+	}
+	p, err := NewLocalPeer(argv[0])
 	if err != nil {
 		out.Encode(response{E: "open: " + err.Error(), Code: errCode(err)})
-		os.Exit(1)
+		return 1
 	}
 	out.Encode(response{})
 	in := bufio.NewScanner(os.Stdin)
@@ -129,7 +137,7 @@ func ServePeerIfChild() {
 		out.Encode(resp)
 	}
 	p.Close()
-	os.Exit(0)
+	return 0
 }
 
 func dispatch(p Peer, m string, a *args) (any, error) {
@@ -174,12 +182,7 @@ type remotePeer struct {
 
 // StartRemotePeer starts the current test binary as a peer on device.
 func StartRemotePeer(device string) (*remotePeer, error) {
-	exe, err := os.Executable()
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(exe, "-test.run=^$")
-	cmd.Env = append(os.Environ(), childEnv+"="+device)
+	cmd := reexec.Command(peerRole, []string{device})
 	cmd.Stderr = os.Stderr
 	in, err := cmd.StdinPipe()
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/rdmakit/rdmakit/internal/reexec"
 	"net"
 	"os"
 	"os/exec"
@@ -51,13 +52,10 @@ func (t *tailBuffer) String() string {
 	return string(bytes.TrimSpace(t.b))
 }
 
-// defaultServerCommand runs this executable as `rdmakit perf ARGS`.
+// defaultServerCommand runs this program as `rdmakit perf ARGS` (the role
+// "rdmakit" of internal/reexec, which cmd/rdmakit registers).
 func defaultServerCommand(args []string) *exec.Cmd {
-	exe, err := os.Executable()
-	if err != nil {
-		exe = os.Args[0]
-	}
-	return exec.Command(exe, append([]string{"perf"}, args...)...)
+	return reexec.Command("rdmakit", append([]string{"perf"}, args...))
 }
 
 func runLoopback(ctx context.Context, o Options, env Env) error {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/rdmakit/rdmakit/internal/reexec"
 	"net"
 	"os"
 	"os/exec"
@@ -16,14 +17,12 @@ import (
 	_ "github.com/rdmakit/rdmakit/transport/tcp"
 )
 
-// childEnv makes the test binary act as `rdmakit perf` (a server for the
-// loopback and dead-server tests).
-const childEnv = "RDMAKIT_PERFTEST_CHILD"
+// The test binary acts as `rdmakit perf` in the role "rdmakit" (a server
+// for the loopback and dead-server tests), as cmd/rdmakit does.
+func init() { reexec.Register("rdmakit", childMain) }
 
 func TestMain(m *testing.M) {
-	if os.Getenv(childEnv) != "" {
-		os.Exit(childMain(os.Args[1:]))
-	}
+	reexec.Init()
 	os.Exit(m.Run())
 }
 
@@ -47,9 +46,7 @@ func childMain(args []string) int {
 // marker in its environment so that tests can look for leftovers.
 func childCommand(marker string) func(args []string) *exec.Cmd {
 	return func(args []string) *exec.Cmd {
-		cmd := exec.Command(os.Args[0], args...)
-		cmd.Env = append(os.Environ(), childEnv+"=1", "RDMAKIT_PERFTEST_MARKER="+marker)
-		return cmd
+		return reexec.Command("rdmakit", args, "RDMAKIT_PERFTEST_MARKER="+marker)
 	}
 }
 
