@@ -10,6 +10,7 @@ import (
 
 	"github.com/rdmakit/rdmakit/internal/conformance"
 	_ "github.com/rdmakit/rdmakit/transport/shm"
+	_ "github.com/rdmakit/rdmakit/transport/tcp"
 	"github.com/rdmakit/rdmakit/verbs"
 )
 
@@ -349,5 +350,35 @@ func TestInvalidOpcodeInError(t *testing.T) {
 	}
 	if err := qp.Modify(verbs.QPAttr{State: verbs.QPReset}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Open never fails because of contexts already closed: each reserves 64
+// GiB of address space, so 2100 of them held past Close exhaust a 47-bit
+// address space.
+func TestOpenCloseChurn(t *testing.T) {
+	for i := 0; i < 2100; i++ {
+		ctx, err := verbs.Open("shm0", verbs.Options{})
+		if err != nil {
+			t.Fatalf("cycle %d: %v", i, err)
+		}
+		pd, err := ctx.AllocPD()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := pd.AllocMR(4096, verbs.AccessLocalWrite); err != nil {
+			t.Fatal(err)
+		}
+		if err := ctx.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// Memory registered more than once stays reserved until its last
+// registration goes.
+func TestAliasKeepsMemoryReserved(t *testing.T) {
+	for _, dev := range []string{"shm0", "tcp0"} {
+		t.Run(dev, func(t *testing.T) { conformance.AliasKeepsMemoryReserved(t, dev) })
 	}
 }

@@ -151,15 +151,34 @@ func (a *Arena) Close() error {
 	// Goroutines may still be polling a completion queue or copying into
 	// a region of this arena when it closes (a misuse, but not one that
 	// should kill the process). Swap the file's pages for anonymous zero
-	// pages now, so the memory goes back at once, and unmap the addresses
-	// only after a grace period.
+	// pages now, so the memory goes back at once, and unmap the spans in
+	// use only after a grace period. The free spans — nearly all of the
+	// reservation — are unmapped at once: nobody can be using them, and
+	// holding a closed arena's whole address range for the grace period
+	// let a few thousand Open/Close cycles exhaust the address space.
 	err := sys.ReplaceWithAnon(a.Mem)
 	sys.Close(a.Fd)
 	if err != nil {
 		return sys.Unmap(a.Mem)
 	}
-	mem := a.Mem
-	time.AfterFunc(closeGrace, func() { sys.Unmap(mem) })
+	var used [][]byte
+	at := 0
+	for _, f := range a.free {
+		if f.off > at {
+			used = append(used, a.Mem[at:f.off])
+		}
+		sys.Unmap(a.Mem[f.off : f.off+f.n])
+		at = f.off + f.n
+	}
+	if at < a.Size {
+		used = append(used, a.Mem[at:a.Size])
+	}
+	a.free = nil
+	time.AfterFunc(closeGrace, func() {
+		for _, u := range used {
+			sys.Unmap(u)
+		}
+	})
 	return nil
 }
 

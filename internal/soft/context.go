@@ -178,8 +178,21 @@ type MR struct {
 	index  uint32
 	// arenaOff is the offset in the arena, or -1 for caller memory.
 	arenaOff int
-	owned    bool
+	// alloc is the AllocMR allocation the memory belongs to (nil for
+	// caller memory); it is freed when its last registration goes.
+	alloc *allocation
 }
+
+// allocation is memory AllocMR took from the arena. Every region
+// registered on (part of) it holds a reference: the memory returns to the
+// arena only when the last one is deregistered, so no key of an alias can
+// reach memory that a later AllocMR hands out. Guarded by Context.mu.
+type allocation struct {
+	off, n int
+	refs   int
+}
+
+func (a *allocation) contains(off, n int) bool { return off >= a.off && off+n <= a.off+a.n }
 
 // AllocMR allocates size bytes of off-heap memory (from the context's
 // arena) and registers them with access. The memory is zeroed, page
@@ -192,12 +205,11 @@ func (pd *PD) AllocMR(size int, access Access) (driver.MR, error) {
 	if err != nil {
 		return nil, err
 	}
-	mr, err := pd.register(b[:size:size], off, access)
+	mr, err := pd.register(b[:size:size], off, &allocation{off: off, n: size}, access)
 	if err != nil {
 		pd.ctx.arena.Free(off, size)
 		return nil, err
 	}
-	mr.owned = true
 	return mr, nil
 }
 
@@ -210,19 +222,32 @@ func (pd *PD) RegMR(buf []byte, access Access) (driver.MR, error) {
 	if off < 0 && !pd.ctx.drv.CanRegister() {
 		return nil, fmt.Errorf("%w: %s cannot reach caller memory; allocate it with AllocMR", ErrNotSupported, pd.ctx.info.Transport)
 	}
-	mr, err := pd.register(buf, off, access)
+	mr, err := pd.register(buf, off, nil, access)
 	if err != nil {
 		return nil, err
 	}
 	return mr, nil
 }
 
-func (pd *PD) register(buf []byte, arenaOff int, access Access) (*MR, error) {
+func (pd *PD) register(buf []byte, arenaOff int, alloc *allocation, access Access) (*MR, error) {
 	c := pd.ctx
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
 		return nil, ErrClosed
+	}
+	if arenaOff >= 0 && alloc == nil {
+		// Arena memory registered again: it must lie in an allocation that
+		// a live region holds, which this registration then holds too.
+		for _, m := range c.mrs {
+			if m != nil && m.alloc != nil && m.alloc.contains(arenaOff, len(buf)) {
+				alloc = m.alloc
+				break
+			}
+		}
+		if alloc == nil {
+			return nil, fmt.Errorf("%w: %d bytes of the context's memory that no live region holds (deregistered or never allocated)", ErrInvalidArgument, len(buf))
+		}
 	}
 	idx := -1
 	for i, m := range c.mrs {
@@ -244,7 +269,10 @@ func (pd *PD) register(buf []byte, arenaOff int, access Access) (*MR, error) {
 		idx = len(c.mrs)
 		c.mrs = append(c.mrs, nil)
 	}
-	mr := &MR{pd: pd, buf: buf, access: access, index: uint32(idx), arenaOff: arenaOff}
+	mr := &MR{pd: pd, buf: buf, access: access, index: uint32(idx), arenaOff: arenaOff, alloc: alloc}
+	if alloc != nil {
+		alloc.refs++
+	}
 	handle := keytab.NoHandle
 	if arenaOff >= 0 {
 		handle = uint64(arenaOff)
@@ -305,8 +333,11 @@ func (mr *MR) Dereg() error {
 	c.keys.Remove(mr.lkey)
 	c.keys.Remove(mr.rkey)
 	c.mrs[mr.index] = nil
-	if mr.owned && !c.closed {
-		c.arena.Free(mr.arenaOff, len(mr.buf))
+	if a := mr.alloc; a != nil {
+		a.refs--
+		if a.refs == 0 && !c.closed {
+			c.arena.Free(a.off, a.n)
+		}
 	}
 	return nil
 }

@@ -28,15 +28,23 @@ func Memfd(name string, size int64) (int, error) {
 // MapShared maps size bytes of fd read-write and shared. MAP_NORESERVE keeps
 // large sparse arenas from being charged against overcommit.
 func MapShared(fd int, size int) ([]byte, error) {
-	b, err := unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_NORESERVE)
+	// Raw mmap and munmap rather than x/sys's: its Munmap refuses anything
+	// but a whole mapping it made, and arenas unmap parts of theirs.
+	p, err := unix.MmapPtr(fd, 0, nil, uintptr(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_NORESERVE)
 	if err != nil {
 		return nil, fmt.Errorf("mmap %d bytes shared: %w", size, err)
 	}
-	return b, nil
+	return unsafe.Slice((*byte)(p), size), nil
 }
 
-// Unmap releases a mapping made by MapShared.
-func Unmap(b []byte) error { return unix.Munmap(b) }
+// Unmap releases a mapping made by MapShared, or any page-aligned part of
+// one.
+func Unmap(b []byte) error {
+	if len(b) == 0 {
+		return nil
+	}
+	return unix.MunmapPtr(unsafe.Pointer(unsafe.SliceData(b)), uintptr(len(b)))
+}
 
 // PunchHole releases the pages backing [off, off+n) of fd; reads then return
 // zeros and no memory is held.

@@ -327,8 +327,9 @@ type ctxDriver struct {
 	c     *cCtx
 	iwarp bool
 
-	// mu guards the maps, gids and cm.
+	// mu guards the maps, gids, cm and allocs.
 	mu     sync.Mutex
+	allocs []*allocation
 	cqs    map[uint64]*cq
 	qps    map[uint64]*qp
 	qpNums map[uint32]*qp
@@ -551,11 +552,19 @@ func (p *pdT) Close() error {
 }
 
 type mr struct {
+	d          *ctxDriver
 	c          *cMR
 	buf        []byte
 	lkey, rkey uint32
-	a          *arena.Arena // non-nil: buf came from AllocMR
-	off        int
+	alloc      *allocation // non-nil: buf lies in AllocMR memory
+}
+
+// allocation is memory AllocMR took from the arena; every registration on
+// it holds a reference, and it returns to the arena with the last one, so
+// the device never keeps a key to memory that is handed out again.
+// Guarded by ctxDriver.mu.
+type allocation struct {
+	off, n, refs int
 }
 
 // AllocMR registers memory from the context's arena: off-heap, page
@@ -570,16 +579,56 @@ func (p *pdT) AllocMR(size int, access verbs.Access) (vdriver.MR, error) {
 		p.d.arena.Free(off, size)
 		return nil, err
 	}
-	m.a, m.off = p.d.arena, off
+	a := &allocation{off: off, n: size, refs: 1}
+	m.alloc = a
+	p.d.mu.Lock()
+	p.d.allocs = append(p.d.allocs, a)
+	p.d.mu.Unlock()
 	return m, nil
 }
 
 func (p *pdT) RegMR(buf []byte, access verbs.Access) (vdriver.MR, error) {
+	var a *allocation
+	if off := p.d.arena.Offset(buf); off >= 0 {
+		p.d.mu.Lock()
+		for _, x := range p.d.allocs {
+			if off >= x.off && off+len(buf) <= x.off+x.n {
+				a = x
+				a.refs++ // held while registering, so it cannot go
+				break
+			}
+		}
+		p.d.mu.Unlock()
+		if a == nil {
+			return nil, fmt.Errorf("%w: %d bytes of the context's memory that no live region holds (deregistered or never allocated)", verbs.ErrInvalidArgument, len(buf))
+		}
+	}
 	m, err := p.reg(buf, access)
 	if err != nil {
+		if a != nil {
+			p.d.release(a)
+		}
 		return nil, err
 	}
+	m.alloc = a
 	return m, nil
+}
+
+// release drops a reference to an allocation, freeing it with the last.
+func (d *ctxDriver) release(a *allocation) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	a.refs--
+	if a.refs > 0 {
+		return
+	}
+	for i, x := range d.allocs {
+		if x == a {
+			d.allocs = append(d.allocs[:i], d.allocs[i+1:]...)
+			break
+		}
+	}
+	d.arena.Free(a.off, a.n)
 }
 
 func (p *pdT) reg(buf []byte, access verbs.Access) (*mr, error) {
@@ -588,7 +637,7 @@ func (p *pdT) reg(buf []byte, access verbs.Access) (*mr, error) {
 		return nil, regError(len(buf), err)
 	}
 	l, r := c.keys()
-	return &mr{c: c, buf: buf, lkey: l, rkey: r}, nil
+	return &mr{d: p.d, c: c, buf: buf, lkey: l, rkey: r}, nil
 }
 
 func (m *mr) Bytes() []byte { return m.buf }
@@ -598,8 +647,8 @@ func (m *mr) Dereg() error {
 	if err := m.c.dereg(); err != nil {
 		return wrap("ibv_dereg_mr", err)
 	}
-	if m.a != nil {
-		m.a.Free(m.off, len(m.buf))
+	if m.alloc != nil {
+		m.d.release(m.alloc)
 	}
 	return nil
 }

@@ -67,6 +67,14 @@ func TestConformance(t *testing.T) {
 	}
 }
 
+// TestAliasKeepsMemoryReserved: AllocMR memory registered twice is not
+// handed out again while the alias's keys live.
+func TestAliasKeepsMemoryReserved(t *testing.T) {
+	for _, d := range devices(t) {
+		t.Run(d.Name, func(t *testing.T) { conformance.AliasKeepsMemoryReserved(t, d.Name) })
+	}
+}
+
 // TestNoAllocs checks that PostSend and Poll allocate nothing.
 func TestNoAllocs(t *testing.T) {
 	for _, d := range devices(t) {
