@@ -247,7 +247,8 @@ func inBounds(e keytab.Entry, addr uint64, n int) bool {
 
 // Remote resolves [addr, addr+n) of the region named by rkey for an
 // operation that needs access (AccessRemoteWrite, AccessRemoteRead or
-// AccessRemoteAtomic). A zero-length operation needs no valid key.
+// AccessRemoteAtomic). The QP must allow access; a zero-length operation
+// needs no valid key.
 func (t *Target) Remote(rkey uint32, addr uint64, n int, access uint32) ([]byte, Status) {
 	return t.RemoteCached(nil, rkey, addr, n, access)
 }
@@ -255,11 +256,13 @@ func (t *Target) Remote(rkey uint32, addr uint64, n int, access uint32) ([]byte,
 // RemoteCached is Remote with a lookup cache (nil: none); the cache must
 // not be shared between goroutines.
 func (t *Target) RemoteCached(c *keytab.Cache, rkey uint32, addr uint64, n int, access uint32) ([]byte, Status) {
-	if n == 0 {
-		return nil, Success
-	}
+	// The QP's access flags hold for every request, zero-length ones too
+	// (as rxe enforces them); a zero-length request needs no valid key.
 	if sys.Load32(t.qcb, qAccess)&access == 0 {
 		return nil, RemoteAccess
+	}
+	if n == 0 {
+		return nil, Success
 	}
 	var e keytab.Entry
 	var ok bool

@@ -154,8 +154,18 @@ func (d *qpDriver) run() {
 }
 
 // exec performs one work request on the peer's memory, as the peer's
-// responder would, and returns its status.
+// responder would, and returns its status. A request the responder would
+// NAK as a remote access error or an invalid request moves the peer's QP
+// to ERROR too (its receives flushed), as the IBTA requires.
 func (d *qpDriver) exec(e *soft.SendEntry) rc.Status {
+	st := d.execOne(e)
+	if st == rc.RemoteAccess || st == rc.RemoteInvalidReq {
+		d.target.Fail(true)
+	}
+	return st
+}
+
+func (d *qpDriver) execOne(e *soft.SendEntry) rc.Status {
 	t := d.target
 	if !t.Accepting() || t.DestQPN() != d.qp.Num() {
 		// A QP that is not ready, gone, or connected elsewhere does not

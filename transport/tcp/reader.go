@@ -210,8 +210,7 @@ func (l *link) handleRequest(f *frame) error {
 	case opWrite, opWriteImm:
 		m, st := t.RemoteCached(&l.keys, f.rkey, f.raddr, n, rc.AccessRemoteWrite)
 		if st != rc.Success {
-			l.nakFatal(f.psn, st)
-			return l.discard(pay)
+			return l.nakFatal(f.psn, st)
 		}
 		if f.op == opWriteImm && !t.PopRecv(&l.wqe) {
 			l.rnrNak(f.psn)
@@ -254,15 +253,13 @@ func (l *link) handleRequest(f *frame) error {
 	case opReadReq:
 		m, st := t.RemoteCached(&l.keys, f.rkey, f.raddr, n, rc.AccessRemoteRead)
 		if st != rc.Success {
-			l.nakFatal(f.psn, st)
-			return nil
+			return l.nakFatal(f.psn, st)
 		}
 		l.respond(&frame{op: opReadResp, psn: f.psn, length: f.length}, m)
 	case opCmpSwap, opFetchAdd:
 		m, st := t.Atomic(f.rkey, f.raddr)
 		if st != rc.Success {
-			l.nakFatal(f.psn, st)
-			return nil
+			return l.nakFatal(f.psn, st)
 		}
 		var old uint64
 		if f.op == opCmpSwap {
@@ -288,9 +285,11 @@ func (l *link) rnrNak(q psn) {
 	l.rnrWait = true
 }
 
-// nakFatal refuses request q (access or bounds violation): the requester
-// completes it with the matching status and its QP goes to ERROR.
-func (l *link) nakFatal(q psn, st rc.Status) {
+// nakFatal refuses request q (access or bounds violation, invalid
+// request): the requester completes it with the matching status and its
+// QP goes to ERROR; so does ours, as the IBTA requires of a responder that
+// sends these NAKs, and its receives are flushed.
+func (l *link) nakFatal(q psn, st rc.Status) error {
 	syn := synRemoteAccess
 	switch st {
 	case rc.RemoteInvalidReq:
@@ -298,8 +297,7 @@ func (l *link) nakFatal(q psn, st rc.Status) {
 	case rc.RemoteOperation:
 		syn = synRemoteOp
 	}
-	l.nak(q, syn, 0)
-	l.dropAll = true
+	return l.failResponder(q, syn)
 }
 
 // recvFailed handles a receive that cannot take a message: the receive
@@ -308,17 +306,25 @@ func (l *link) nakFatal(q psn, st rc.Status) {
 // order so that the NAK reaches it.
 func (l *link) recvFailed(q psn, st rc.Status) error {
 	t := l.t
-	d := l.d
 	t.Complete(&rc.WC{WRID: l.wqe.WRID, Status: st, Opcode: rc.WCRecv, QPN: t.QPN(), SrcQP: l.peer.qpn})
+	syn := synRemoteOp
+	if st == rc.LocalLength {
+		syn = synInvalidReq
+	}
+	return l.failResponder(q, syn)
+}
+
+// failResponder moves our QP to ERROR after a fatal responder error (its
+// receives flushed), NAKs request q with syn, and closes the connection
+// in order so that the NAK reaches the requester.
+func (l *link) failResponder(q psn, syn uint8) error {
+	t := l.t
+	d := l.d
 	d.mu.Lock()
 	l.detached = true
 	l.lingering = true
 	t.Fail(!d.srq)
 	l.qp.Fail()
-	syn := synRemoteOp
-	if st == rc.LocalLength {
-		syn = synInvalidReq
-	}
 	l.queueLocked(&frame{op: opNak, psn: q, syndrome: syn}, nil)
 	d.mu.Unlock()
 	l.linger()

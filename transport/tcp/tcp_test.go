@@ -534,9 +534,12 @@ func TestRemoteAccess(t *testing.T) {
 			}
 			a.post(good)
 			expect(t, a.sends(1)[0], verbs.StatusWRFlush)
-			// The responder did not consume the receive.
-			if k, _ := b.rcq.Poll(b.wcs[:1]); k != 0 {
-				t.Fatalf("responder completion %+v", b.wcs[0])
+			// The responder NAKed: its QP went to ERROR, as the IBTA
+			// requires, and the receive was flushed, not consumed.
+			r := b.recvs(1)
+			expect(t, r[0], verbs.StatusWRFlush)
+			if s := b.qp.State(); s != verbs.QPError {
+				t.Fatalf("responder QP is %s after a fatal NAK, want ERROR", s)
 			}
 		})
 	}

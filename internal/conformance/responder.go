@@ -1,0 +1,68 @@
+package conformance
+
+// Responder-side rules of the IBTA that every transport keeps: a responder
+// that NAKs a request with a remote access error or an invalid request
+// moves its own QP to ERROR and flushes its receives; a QP's remote access
+// flags hold for zero-length requests too.
+
+import (
+	"testing"
+	"time"
+
+	"github.com/rdmakit/rdmakit/verbs"
+)
+
+func init() {
+	cases = append(cases,
+		testCase{"responder-error-after-nak", withCaps(capResponderError)},
+		testCase{"zero-length-write-needs-access", withCaps(capZeroLengthAccess)},
+	)
+}
+
+func capResponderError(t *testing.T, e *env, c Caps) {
+	for _, bc := range []struct {
+		name string
+		wr   WR
+	}{
+		{"wrong-rkey", WR{Op: verbs.OpWrite, Lens: []int{16}, RemoteAddr: e.rb["rw"].Addr, RKey: e.rb["rw"].RKey ^ 0x5a5a5a5a}},
+		{"read-past-end", WR{Op: verbs.OpRead, Lens: []int{2}, RemoteAddr: e.rb["ro"].Addr + SmallSize - 1, RKey: e.rb["ro"].RKey}},
+	} {
+		t.Run(bc.name, func(t *testing.T) {
+			ia, ib := e.pair(t, defaultOpts, defaultOpts)
+			must(t, e.b.PostRecv(ib, 7, "rw", 0, []int{64}))
+			must(t, e.b.PostRecv(ib, 8, "rw", 64, []int{64}))
+			w := bc.wr
+			w.ID, w.Signaled, w.Region = 1, true, "src"
+			must(t, e.a.PostSend(ia, []WR{w}))
+			wc := e.poll(t, e.a, ia, false, 1)[0]
+			if wc.Status == verbs.StatusSuccess {
+				t.Fatal("a refused request completed with success")
+			}
+			waitState(t, e.b, ib, verbs.QPError, 10*time.Second)
+			r := e.poll(t, e.b, ib, true, 2)
+			for _, x := range r {
+				if x.Status != verbs.StatusWRFlush {
+					t.Fatalf("responder receive %d completed with %q, want a flush", x.ID, x.Status)
+				}
+			}
+		})
+	}
+}
+
+func capZeroLengthAccess(t *testing.T, e *env, c Caps) {
+	if c.NoQPAccessCheck {
+		t.Skip("the device declares no remote access checks (siw in Linux 6.1 ignores a QP's access flags)")
+	}
+	ob := defaultOpts
+	ob.Access = verbs.AccessRemoteRead // no remote write
+	ia, ib := e.pair(t, defaultOpts, ob)
+	must(t, e.a.PostSend(ia, []WR{{ID: 1, Op: verbs.OpWrite, Signaled: true, Region: "src", RemoteAddr: e.rb["rw"].Addr, RKey: e.rb["rw"].RKey}}))
+	wc := e.poll(t, e.a, ia, false, 1)[0]
+	if c.IWARP {
+		// Writes complete when sent; the refusal ends the connection.
+		waitState(t, e.a, ia, verbs.QPError, 10*time.Second)
+		return
+	}
+	expectOneOf(t, wc, verbs.StatusRemoteAccess)
+	waitState(t, e.b, ib, verbs.QPError, 10*time.Second)
+}
