@@ -66,3 +66,30 @@ func capZeroLengthAccess(t *testing.T, e *env, c Caps) {
 	expectOneOf(t, wc, verbs.StatusRemoteAccess)
 	waitState(t, e.b, ib, verbs.QPError, 10*time.Second)
 }
+
+func init() {
+	cases = append(cases, testCase{"inline-ignores-lkey", withCaps(capInlineIgnoresLKey)})
+}
+
+// capInlineIgnoresLKey: inline data is copied when posted and its SGE's
+// lkey is not consulted (RNICs copy the bytes the CPU can read; rdmakit's
+// software transports find them by address among the context's registered
+// regions). The rule rdmakit promises on every transport: an inline SGE
+// with a wrong lkey over registered memory is sent.
+func capInlineIgnoresLKey(t *testing.T, e *env, c Caps) {
+	n := 64
+	if c.MaxInline > 0 && c.MaxInline < n {
+		n = c.MaxInline
+	}
+	ia, _ := e.pair(t, defaultOpts, defaultOpts)
+	must(t, e.a.Fill("src", 0, n, 9))
+	want, _ := e.a.Read("src", 0, n)
+	must(t, e.a.PostSend(ia, []WR{{ID: 1, Op: verbs.OpWrite, Inline: true, Signaled: true, Region: "src", Lens: []int{n},
+		LKey: 0x12345678, RemoteAddr: e.rb["rw"].Addr + 8192, RKey: e.rb["rw"].RKey}}))
+	expectStatus(t, e.poll(t, e.a, ia, false, 1)[0], verbs.StatusSuccess)
+	got, err := e.b.Read("rw", 8192, n)
+	must(t, err)
+	if string(got) != string(want) {
+		t.Fatal("inline write with a wrong lkey delivered other bytes")
+	}
+}

@@ -342,6 +342,24 @@ func (mr *MR) Dereg() error {
 	return nil
 }
 
+// registeredAt returns the n bytes at addr if a live region of the
+// context holds them (whatever its PD and key): inline data is found by
+// address, not by key. A scan, for the rare inline SGE with a stale key.
+func (c *Context) registeredAt(addr uint64, n int) ([]byte, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, m := range c.mrs {
+		if m == nil {
+			continue
+		}
+		va := uint64(sys.Addr(m.buf))
+		if addr >= va && addr+uint64(n) >= addr && addr+uint64(n) <= va+uint64(len(m.buf)) {
+			return m.buf[addr-va : addr-va+uint64(n)], true
+		}
+	}
+	return nil, n == 0
+}
+
 // extMemory resolves a caller-memory region by index (for local targets).
 func (c *Context) extMemory(index uint32) []byte {
 	c.mu.Lock()

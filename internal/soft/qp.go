@@ -459,11 +459,16 @@ func (qp *QP) prepare(i int, wr *SendWR) error {
 	e.Local = e.segs[:0]
 	for _, sg := range wr.SGL {
 		m, ok := qp.resolveLocal(sg, needWrite && !inline)
-		if !ok {
-			if inline {
-				// Inline data is copied now, so its memory must be valid now.
-				return postErr(i, ErrInvalidArgument, "inline SGE %#x+%d is not in local memory", sg.Addr, sg.Length)
+		if !ok && inline {
+			// Inline data is copied now and its lkey is not consulted, as
+			// on RNICs; the bytes must be registered memory of this
+			// context, since nothing else can be read safely.
+			m, ok = qp.ctx.registeredAt(sg.Addr, int(sg.Length))
+			if !ok {
+				return postErr(i, ErrInvalidArgument, "inline SGE %#x+%d is not in memory registered with this context", sg.Addr, sg.Length)
 			}
+		}
+		if !ok {
 			e.Status = StatusLocalProtection
 			break
 		}
