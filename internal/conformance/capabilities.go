@@ -181,8 +181,8 @@ func capReadSizes(t *testing.T, e *env, c Caps) {
 			continue
 		}
 		must(t, e.b.Fill("rw", 5, n, byte(i+7)))
-		must(t, e.a.PostSend(ia, []WR{{ID: uint64(i), Op: verbs.OpRead, Signaled: true, Region: "src", Off: 1, Lens: lens(n),
-			RemoteAddr: e.rb["rw"].Addr + 5, RKey: e.rb["rw"].RKey}}))
+		e.post(t, e.a, ia, []WR{{ID: uint64(i), Op: verbs.OpRead, Signaled: true, Region: "src", Off: 1, Lens: lens(n),
+			RemoteAddr: e.rb["rw"].Addr + 5, RKey: e.rb["rw"].RKey}})
 		wc := e.poll(t, e.a, ia, false, 1)[0]
 		expectStatus(t, wc, verbs.StatusSuccess)
 		hashEq(t, e.a, "src", 1, e.b, "rw", 5, n)
@@ -200,7 +200,7 @@ func capImmediate(t *testing.T, e *env, c Caps) {
 	expectNotSupported(t, e.a.PostSend(ia, []WR{{ID: 2, Op: verbs.OpWriteWithImm, Signaled: true, Region: "src", Lens: []int{16}, Imm: 7,
 		RemoteAddr: e.rb["rw"].Addr, RKey: e.rb["rw"].RKey}}), "WriteWithImm")
 	// The QP is still usable: a plain Send consumes the posted receive.
-	must(t, e.a.PostSend(ia, []WR{{ID: 3, Op: verbs.OpSend, Signaled: true, Region: "src", Lens: []int{16}}}))
+	e.post(t, e.a, ia, []WR{{ID: 3, Op: verbs.OpSend, Signaled: true, Region: "src", Lens: []int{16}}})
 	expectStatus(t, e.poll(t, e.a, ia, false, 1)[0], verbs.StatusSuccess)
 	if r := e.poll(t, e.b, ib, true, 1)[0]; r.Status != 0 || r.ByteLen != 16 || r.Flags&verbs.WCWithImm != 0 {
 		t.Fatalf("receive %+v", r)
@@ -219,13 +219,13 @@ func capMultiSGE(t *testing.T, e *env, c Caps) {
 		total += n
 	}
 	must(t, e.a.Fill("src", 7, total, 42))
-	must(t, e.a.PostSend(ia, []WR{{ID: 1, Op: verbs.OpWrite, Signaled: true, Region: "src", Off: 7, Lens: gl,
-		RemoteAddr: e.rb["rw"].Addr + 11, RKey: e.rb["rw"].RKey}}))
+	e.post(t, e.a, ia, []WR{{ID: 1, Op: verbs.OpWrite, Signaled: true, Region: "src", Off: 7, Lens: gl,
+		RemoteAddr: e.rb["rw"].Addr + 11, RKey: e.rb["rw"].RKey}})
 	expectStatus(t, e.poll(t, e.a, ia, false, 1)[0], verbs.StatusSuccess)
 	hashEq(t, e.a, "src", 7, e.b, "rw", 11, total)
 
 	must(t, e.b.PostRecv(ib, 5, "rw", 100000, []int{10, 5, 2000, 70000}))
-	must(t, e.a.PostSend(ia, []WR{{ID: 2, Op: verbs.OpSend, Signaled: true, Region: "src", Off: 7, Lens: gl}}))
+	e.post(t, e.a, ia, []WR{{ID: 2, Op: verbs.OpSend, Signaled: true, Region: "src", Off: 7, Lens: gl}})
 	expectStatus(t, e.poll(t, e.a, ia, false, 1)[0], verbs.StatusSuccess)
 	if r := e.poll(t, e.b, ib, true, 1)[0]; r.Status != 0 || r.ByteLen != uint32(total) {
 		t.Fatalf("receive %+v", r)
@@ -236,8 +236,8 @@ func capMultiSGE(t *testing.T, e *env, c Caps) {
 	must(t, e.b.Fill("rw", 0, total, 9))
 	expectNotSupported(t, e.a.PostSend(ia, []WR{{ID: 3, Op: verbs.OpRead, Signaled: true, Region: "src", Off: 1, Lens: gl,
 		RemoteAddr: e.rb["rw"].Addr, RKey: e.rb["rw"].RKey}}), "RDMA Read into several SGEs")
-	must(t, e.a.PostSend(ia, []WR{{ID: 4, Op: verbs.OpRead, Signaled: true, Region: "src", Off: 1, Lens: []int{total},
-		RemoteAddr: e.rb["rw"].Addr, RKey: e.rb["rw"].RKey}}))
+	e.post(t, e.a, ia, []WR{{ID: 4, Op: verbs.OpRead, Signaled: true, Region: "src", Off: 1, Lens: []int{total},
+		RemoteAddr: e.rb["rw"].Addr, RKey: e.rb["rw"].RKey}})
 	expectStatus(t, e.poll(t, e.a, ia, false, 1)[0], verbs.StatusSuccess)
 	hashEq(t, e.a, "src", 1, e.b, "rw", 0, total)
 }
@@ -254,7 +254,7 @@ func capInline(t *testing.T, e *env, c Caps) {
 	must(t, e.b.PostRecv(ib, 1, "rw", 0, []int{256}))
 	must(t, e.a.Fill("src", 0, n, 1))
 	want, _ := e.a.Read("src", 0, n)
-	must(t, e.a.PostSend(ia, []WR{{ID: 1, Op: verbs.OpSend, Inline: true, Signaled: true, Region: "src", Lens: []int{n}}}))
+	e.post(t, e.a, ia, []WR{{ID: 1, Op: verbs.OpSend, Inline: true, Signaled: true, Region: "src", Lens: []int{n}}})
 	must(t, e.a.Fill("src", 0, n, 2))
 	expectStatus(t, e.poll(t, e.a, ia, false, 1)[0], verbs.StatusSuccess)
 	e.poll(t, e.b, ib, true, 1)
@@ -281,7 +281,7 @@ func capNoAtomics(t *testing.T, e *env, c Caps) {
 	expectNotSupported(t, e.a.PostSend(ia, []WR{{ID: 2, Op: verbs.OpCompareAndSwap, Signaled: true, Region: "src", Off: 64, Lens: []int{8},
 		RemoteAddr: word, RKey: e.rb["rw"].RKey, CompareAdd: 0, Swap: 99}}), "CompareAndSwap")
 	// Nothing was posted: the QP still works.
-	must(t, e.a.PostSend(ia, []WR{{ID: 3, Op: verbs.OpWrite, Signaled: true, Region: "src", Lens: []int{8}, RemoteAddr: word, RKey: e.rb["rw"].RKey}}))
+	e.post(t, e.a, ia, []WR{{ID: 3, Op: verbs.OpWrite, Signaled: true, Region: "src", Lens: []int{8}, RemoteAddr: word, RKey: e.rb["rw"].RKey}})
 	expectStatus(t, e.poll(t, e.a, ia, false, 1)[0], verbs.StatusSuccess)
 }
 
@@ -304,11 +304,11 @@ func capRNRExceeded(t *testing.T, e *env, c Caps) {
 	}
 	o := QPOpts{RNRRetry: 2, MinRNRTimer: 1, Timeout: 14, RetryCount: 7}
 	ia, ib := e.pair(t, o, o)
-	must(t, e.a.PostSend(ia, []WR{{ID: 1, Op: verbs.OpSend, Signaled: true, Region: "src", Lens: []int{10}}}))
+	e.post(t, e.a, ia, []WR{{ID: 1, Op: verbs.OpSend, Signaled: true, Region: "src", Lens: []int{10}}})
 	e.poll(t, e.a, ia, false, 1)
 	waitState(t, e.b, ib, verbs.QPError, 10*time.Second)
 	waitState(t, e.a, ia, verbs.QPError, 10*time.Second)
-	must(t, e.a.PostSend(ia, []WR{{ID: 2, Op: verbs.OpWrite, Signaled: true, Region: "src", Lens: []int{10}, RemoteAddr: e.rb["rw"].Addr, RKey: e.rb["rw"].RKey}}))
+	e.post(t, e.a, ia, []WR{{ID: 2, Op: verbs.OpWrite, Signaled: true, Region: "src", Lens: []int{10}, RemoteAddr: e.rb["rw"].Addr, RKey: e.rb["rw"].RKey}})
 	expectStatus(t, e.poll(t, e.a, ia, false, 1)[0], verbs.StatusWRFlush)
 }
 
@@ -367,7 +367,7 @@ func capRemoteAccess(t *testing.T, e *env, c Caps) {
 			w := bc.wr
 			w.ID, w.Signaled, w.Region = 1, true, "src"
 			good := WR{ID: 2, Op: verbs.OpWrite, Signaled: true, Region: "src", Lens: []int{8}, RemoteAddr: rb["rw"].Addr + 1<<20, RKey: rb["rw"].RKey}
-			must(t, e.a.PostSend(ia, []WR{w, good}))
+			e.post(t, e.a, ia, []WR{w, good})
 			wcs := e.poll(t, e.a, ia, false, 2)
 			if c.IWARP {
 				// Writes complete when transmitted; the refusal comes back as
@@ -395,7 +395,7 @@ func capRemoteAccess(t *testing.T, e *env, c Caps) {
 			if before != after {
 				t.Fatal("target memory changed by a refused operation")
 			}
-			must(t, e.a.PostSend(ia, []WR{good}))
+			e.post(t, e.a, ia, []WR{good})
 			expectStatus(t, e.poll(t, e.a, ia, false, 1)[0], verbs.StatusWRFlush)
 		})
 	}
@@ -414,7 +414,7 @@ func capLocalProtection(t *testing.T, e *env, c Caps) {
 			ia, _ := e.pair(t, defaultOpts, defaultOpts)
 			w := lc.wr
 			w.ID, w.Signaled = 1, true
-			must(t, e.a.PostSend(ia, []WR{w, {ID: 2, Op: verbs.OpWrite, Signaled: true, Region: "src", Lens: []int{8}, RemoteAddr: e.rb["rw"].Addr, RKey: e.rb["rw"].RKey}}))
+			e.post(t, e.a, ia, []WR{w, {ID: 2, Op: verbs.OpWrite, Signaled: true, Region: "src", Lens: []int{8}, RemoteAddr: e.rb["rw"].Addr, RKey: e.rb["rw"].RKey}})
 			wcs := e.poll(t, e.a, ia, false, 2)
 			local := []verbs.Status{verbs.StatusLocalProtection, verbs.StatusLocalQPOperation}
 			if c.Software {
@@ -440,7 +440,7 @@ func capRecvTooSmall(t *testing.T, e *env, c Caps) {
 	ia, ib := e.pair(t, defaultOpts, defaultOpts)
 	must(t, e.b.PostRecv(ib, 1, "rw", 0, []int{10}))
 	must(t, e.b.PostRecv(ib, 2, "rw", 64, []int{1000}))
-	must(t, e.a.PostSend(ia, []WR{{ID: 1, Op: verbs.OpSend, Signaled: true, Region: "src", Lens: []int{100}}}))
+	e.post(t, e.a, ia, []WR{{ID: 1, Op: verbs.OpSend, Signaled: true, Region: "src", Lens: []int{100}}})
 	wc := e.poll(t, e.a, ia, false, 1)[0]
 	switch {
 	case c.Software:
@@ -477,7 +477,7 @@ func capCQOverflow(t *testing.T, e *env, c Caps) {
 	for i := 0; i < granted+4; i++ {
 		wrs = append(wrs, WR{ID: uint64(i), Op: verbs.OpWrite, Signaled: true, Region: "src", Lens: []int{8}, RemoteAddr: e.rb["rw"].Addr, RKey: e.rb["rw"].RKey})
 	}
-	must(t, e.a.PostSend(ia, wrs))
+	e.post(t, e.a, ia, wrs)
 	// Let every work request execute before polling: a transport that
 	// completes asynchronously (tcp) would otherwise have its completions
 	// drained as they arrive and never overflow. Overflow moves the QP to
@@ -522,7 +522,7 @@ func capPeerDeath(t *testing.T, e *env, c Caps) {
 	o := QPOpts{RNRRetry: 7, MinRNRTimer: 1, Timeout: 12, RetryCount: 3}
 	ia, ib := connect(t, e.a, victim, o, o)
 	regs, _ := victim.Regions()
-	must(t, e.a.PostSend(ia, []WR{{ID: 0, Op: verbs.OpWrite, Signaled: true, Region: "src", Lens: []int{4096}, RemoteAddr: regs["rw"].Addr, RKey: regs["rw"].RKey}}))
+	e.post(t, e.a, ia, []WR{{ID: 0, Op: verbs.OpWrite, Signaled: true, Region: "src", Lens: []int{4096}, RemoteAddr: regs["rw"].Addr, RKey: regs["rw"].RKey}})
 	expectStatus(t, e.poll(t, e.a, ia, false, 1)[0], verbs.StatusSuccess)
 	start := time.Now()
 	if rp, ok := victim.(*remotePeer); ok {
@@ -533,7 +533,7 @@ func capPeerDeath(t *testing.T, e *env, c Caps) {
 	}
 	waitState(t, e.a, ia, verbs.QPError, 10*time.Second)
 	t.Logf("peer death surfaced as QP ERROR after %v", time.Since(start).Round(time.Millisecond))
-	must(t, e.a.PostSend(ia, []WR{{ID: 1, Op: verbs.OpWrite, Signaled: true, Region: "src", Lens: []int{8}, RemoteAddr: regs["rw"].Addr, RKey: regs["rw"].RKey}}))
+	e.post(t, e.a, ia, []WR{{ID: 1, Op: verbs.OpWrite, Signaled: true, Region: "src", Lens: []int{8}, RemoteAddr: regs["rw"].Addr, RKey: regs["rw"].RKey}})
 	if wc := e.poll(t, e.a, ia, false, 1)[0]; wc.Status == verbs.StatusSuccess {
 		t.Fatal("write to a dead peer completed with success")
 	}

@@ -33,7 +33,7 @@ func capResponderError(t *testing.T, e *env, c Caps) {
 			must(t, e.b.PostRecv(ib, 8, "rw", 64, []int{64}))
 			w := bc.wr
 			w.ID, w.Signaled, w.Region = 1, true, "src"
-			must(t, e.a.PostSend(ia, []WR{w}))
+			e.post(t, e.a, ia, []WR{w})
 			wc := e.poll(t, e.a, ia, false, 1)[0]
 			if wc.Status == verbs.StatusSuccess {
 				t.Fatal("a refused request completed with success")
@@ -56,7 +56,7 @@ func capZeroLengthAccess(t *testing.T, e *env, c Caps) {
 	ob := defaultOpts
 	ob.Access = verbs.AccessRemoteRead // no remote write
 	ia, ib := e.pair(t, defaultOpts, ob)
-	must(t, e.a.PostSend(ia, []WR{{ID: 1, Op: verbs.OpWrite, Signaled: true, Region: "src", RemoteAddr: e.rb["rw"].Addr, RKey: e.rb["rw"].RKey}}))
+	e.post(t, e.a, ia, []WR{{ID: 1, Op: verbs.OpWrite, Signaled: true, Region: "src", RemoteAddr: e.rb["rw"].Addr, RKey: e.rb["rw"].RKey}})
 	wc := e.poll(t, e.a, ia, false, 1)[0]
 	if c.IWARP {
 		// Writes complete when sent; the refusal ends the connection.
@@ -84,8 +84,8 @@ func capInlineIgnoresLKey(t *testing.T, e *env, c Caps) {
 	ia, _ := e.pair(t, defaultOpts, defaultOpts)
 	must(t, e.a.Fill("src", 0, n, 9))
 	want, _ := e.a.Read("src", 0, n)
-	must(t, e.a.PostSend(ia, []WR{{ID: 1, Op: verbs.OpWrite, Inline: true, Signaled: true, Region: "src", Lens: []int{n},
-		LKey: 0x12345678, RemoteAddr: e.rb["rw"].Addr + 8192, RKey: e.rb["rw"].RKey}}))
+	e.post(t, e.a, ia, []WR{{ID: 1, Op: verbs.OpWrite, Inline: true, Signaled: true, Region: "src", Lens: []int{n},
+		LKey: 0x12345678, RemoteAddr: e.rb["rw"].Addr + 8192, RKey: e.rb["rw"].RKey}})
 	expectStatus(t, e.poll(t, e.a, ia, false, 1)[0], verbs.StatusSuccess)
 	got, err := e.b.Read("rw", 8192, n)
 	must(t, err)
