@@ -33,6 +33,7 @@ import (
 	"time"
 
 	"github.com/rdmakit/rdmakit/coll"
+	"github.com/rdmakit/rdmakit/internal/sys"
 )
 
 func init() {
@@ -238,7 +239,7 @@ func collLaunchRanks(n int) int {
 			cmd.Stdout = os.Stdout
 		}
 		cmd.Stderr = os.Stderr
-		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		sys.ChildDiesWithParent(cmd)
 		cmds[i] = cmd
 	}
 	killAll := func() {

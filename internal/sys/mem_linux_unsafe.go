@@ -1,15 +1,13 @@
+//go:build linux
+
 package sys
 
 import (
 	"fmt"
-	"os"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
-
-// PageSize is the system page size.
-var PageSize = os.Getpagesize()
 
 // Memfd creates an anonymous memory file of the given size. The file is
 // sparse: pages cost memory only once touched.
@@ -35,7 +33,17 @@ func MapShared(fd int, size int) ([]byte, error) {
 	return b, nil
 }
 
-// Unmap releases a mapping made by MapShared.
+// MapAnon maps size bytes of private anonymous memory, zero-filled and
+// charged only as pages are touched (MAP_NORESERVE).
+func MapAnon(size int) ([]byte, error) {
+	b, err := unix.Mmap(-1, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_NORESERVE)
+	if err != nil {
+		return nil, fmt.Errorf("mmap %d bytes anonymous: %w", size, err)
+	}
+	return b, nil
+}
+
+// Unmap releases a mapping made by MapShared or MapAnon.
 func Unmap(b []byte) error { return unix.Munmap(b) }
 
 // PunchHole releases the pages backing [off, off+n) of fd; reads then return
