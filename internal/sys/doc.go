@@ -1,8 +1,10 @@
 // Package sys is rdmakit's one gateway to raw system calls and unsafe memory
 // access. Every other package reaches the kernel or unsafe.Pointer through
-// here (the cgo transport, transport/ibverbs, keeps its own C gateway in
-// cgo_unsafe.go), so the audit surface for memory safety is the files named
-// *_unsafe.go in this directory.
+// here, so the audit surface for memory safety is the files named
+// *_unsafe.go in this directory. Two exceptions, also named *_unsafe.go:
+// transport/ibverbs/cgo_unsafe.go, the cgo transport's gateway to C, and
+// coll/internal/reduce/cast_unsafe.go, which views byte buffers as typed
+// element slices for the reduction kernels.
 //
 // What lives here:
 //
@@ -16,7 +18,9 @@
 //     Inode, DupNonblock, IsTerminal;
 //   - peers and children: OpenPeerFd, PidfdOpen, ProcessExited,
 //     ChildDiesWithParent, StartInNewProcessGroup, KillProcessGroup;
-//   - limits and accounting: MemlockLimit (Unlimited), ProcessCPUTime.
+//   - limits and accounting: MemlockLimit (Unlimited), ProcessCPUTime;
+//   - race-detector annotations of hand-offs through shared words:
+//     RaceRelease, RaceAcquire (race_unsafe.go; empty without -race).
 //
 // Operating systems. The package builds everywhere rdmakit does, and every
 // function exists on every system; the files are split by build tags:
