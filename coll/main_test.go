@@ -10,11 +10,12 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/rdmakit/rdmakit/internal/sys"
 )
 
 // The test binary doubles as a rank process: the parent test starts it
@@ -125,7 +126,7 @@ func spawnRanks(t *testing.T, n int, scenario string, env ...string) []*rankProc
 		p.cmd.Env = append(append(os.Environ(), childEnv+"="+scenario, EnvID+"="+id.String(),
 			EnvRank+"="+strconv.Itoa(r), EnvNRanks+"="+strconv.Itoa(n)), env...)
 		p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.stderr
-		p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		sys.ChildDiesWithParent(p.cmd)
 		if err := p.cmd.Start(); err != nil {
 			t.Fatal(err)
 		}

@@ -9,6 +9,9 @@
 // addresses valid (they read as zeros). This makes a late access by an
 // in-flight operation harmless instead of a crash.
 //
+// Other systems than Linux have no memfd: there the arena is an anonymous
+// mapping that only this process can address (see New).
+//
 // Concurrency: Alloc and Free may be called from any goroutine; mu guards the
 // free list. Mem, Fd, Size and Ino are immutable after New.
 package arena
@@ -31,7 +34,8 @@ const DefaultSize = 64 << 30
 // ErrExhausted means the arena has no free span large enough.
 var ErrExhausted = errors.New("arena: out of memory (raise RDMAKIT_ARENA_SIZE)")
 
-// Arena is one memfd-backed mapping with a span allocator.
+// Arena is one memfd-backed mapping with a span allocator (an anonymous
+// mapping, Fd -1, where memfd does not exist).
 type Arena struct {
 	Mem  []byte
 	Fd   int
@@ -47,9 +51,23 @@ type Arena struct {
 type span struct{ off, n int }
 
 // New creates an arena of size bytes (rounded up to pages).
+//
+// Where memfd does not exist (systems other than Linux) the arena is an
+// anonymous private mapping instead: Fd is -1 and Ino 0, so no other
+// process can map it (transport/shm needs Linux), and Free releases a
+// span's pages by mapping fresh zero pages over it. Where no mapping can
+// be made at all (Windows) New returns an error wrapping
+// sys.ErrNotSupported.
 func New(name string, size int) (*Arena, error) {
 	size = roundUp(size)
-	fd, err := sys.Memfd(name, int64(size))
+	fd, err := memfd(name, int64(size))
+	if errors.Is(err, sys.ErrNotSupported) {
+		mem, aerr := sys.MapAnon(size)
+		if aerr != nil {
+			return nil, fmt.Errorf("arena: %w", aerr)
+		}
+		return &Arena{Mem: mem, Fd: -1, Size: size, free: []span{{0, size}}}, nil
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -66,6 +84,9 @@ func New(name string, size int) (*Arena, error) {
 	}
 	return &Arena{Mem: mem, Fd: fd, Size: size, Ino: ino, free: []span{{0, size}}}, nil
 }
+
+// memfd is sys.Memfd; tests replace it to take the fallback path on Linux.
+var memfd = sys.Memfd
 
 func roundUp(n int) int {
 	p := sys.PageSize
@@ -111,7 +132,13 @@ func (a *Arena) Free(off, n int) {
 	if a.closed {
 		return
 	}
-	_ = sys.PunchHole(a.Fd, int64(off), int64(n))
+	if a.Fd >= 0 {
+		_ = sys.PunchHole(a.Fd, int64(off), int64(n))
+	} else if err := sys.ReplaceWithAnon(a.Mem[off : off+n]); err != nil {
+		// The span's pages could not be released; zero them so that
+		// Alloc's promise holds.
+		clear(a.Mem[off : off+n])
+	}
 	i := sort.Search(len(a.free), func(i int) bool { return a.free[i].off > off })
 	a.free = append(a.free, span{})
 	copy(a.free[i+1:], a.free[i:])
@@ -157,7 +184,9 @@ func (a *Arena) Close() error {
 	// holding a closed arena's whole address range for the grace period
 	// let a few thousand Open/Close cycles exhaust the address space.
 	err := sys.ReplaceWithAnon(a.Mem)
-	sys.Close(a.Fd)
+	if a.Fd >= 0 {
+		sys.Close(a.Fd)
+	}
 	if err != nil {
 		return sys.Unmap(a.Mem)
 	}

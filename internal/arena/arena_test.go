@@ -1,12 +1,44 @@
 package arena
 
-import "testing"
+import (
+	"errors"
+	"fmt"
+	"testing"
 
-func TestAllocFree(t *testing.T) {
-	a, err := New("test", 1<<30)
+	"github.com/rdmakit/rdmakit/internal/sys"
+)
+
+func newOrSkip(t *testing.T, name string, size int) *Arena {
+	t.Helper()
+	a, err := New(name, size)
+	if errors.Is(err, sys.ErrNotSupported) {
+		t.Skip(err)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
+	return a
+}
+
+func TestAllocFree(t *testing.T) { testAllocFree(t) }
+
+// TestAllocFreeAnon runs TestAllocFree on the anonymous-mapping arena that
+// systems without memfd get.
+func TestAllocFreeAnon(t *testing.T) {
+	withoutMemfd(t)
+	testAllocFree(t)
+}
+
+func withoutMemfd(t *testing.T) {
+	old := memfd
+	memfd = func(string, int64) (int, error) {
+		return -1, fmt.Errorf("test: %w", sys.ErrNotSupported)
+	}
+	t.Cleanup(func() { memfd = old })
+}
+
+func testAllocFree(t *testing.T) {
+	a := newOrSkip(t, "test", 1<<30)
 	defer a.Close()
 	o1, b1, err := a.Alloc(100)
 	if err != nil {
@@ -36,9 +68,14 @@ func TestAllocFree(t *testing.T) {
 }
 
 func TestDefaultSizeMaps(t *testing.T) {
-	a, err := New("big", DefaultSize)
-	if err != nil {
-		t.Fatal(err)
+	newOrSkip(t, "big", DefaultSize).Close()
+}
+
+func TestDefaultSizeMapsAnon(t *testing.T) {
+	withoutMemfd(t)
+	a := newOrSkip(t, "big", DefaultSize)
+	if a.Fd != -1 || a.Ino != 0 {
+		t.Errorf("anonymous arena: Fd %d Ino %d, want -1 and 0", a.Fd, a.Ino)
 	}
 	a.Close()
 }

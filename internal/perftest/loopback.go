@@ -21,8 +21,9 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
+
+	"github.com/rdmakit/rdmakit/internal/sys"
 )
 
 // childGrace is how long the server child may take to exit after the
@@ -82,11 +83,8 @@ func runLoopback(ctx context.Context, o Options, env Env) error {
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	cmd.ExtraFiles = []*os.File{lf}
 	cmd.Env = append(cmd.Environ(), fmt.Sprintf("%s=%d", ListenFDEnv, 3))
-	if cmd.SysProcAttr == nil {
-		cmd.SysProcAttr = &syscall.SysProcAttr{}
-	}
-	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
-	cmd.SysProcAttr.Setpgid = true
+	sys.ChildDiesWithParent(cmd)
+	sys.StartInNewProcessGroup(cmd)
 	err = cmd.Start()
 	lf.Close()
 	if err != nil {
@@ -95,7 +93,7 @@ func runLoopback(ctx context.Context, o Options, env Env) error {
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 	kill := func() {
-		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		sys.KillProcessGroup(cmd.Process.Pid)
 		cmd.Process.Kill()
 	}
 

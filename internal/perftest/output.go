@@ -10,15 +10,13 @@ import (
 	"os"
 	"strings"
 
-	"golang.org/x/sys/unix"
-
+	"github.com/rdmakit/rdmakit/internal/sys"
 	"github.com/rdmakit/rdmakit/verbs"
 )
 
 // IsTerminal reports whether f is a terminal.
 func IsTerminal(f *os.File) bool {
-	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
-	return err == nil
+	return sys.IsTerminal(f.Fd())
 }
 
 // progress draws "[#####.....] 12/23  4096 B" on stderr during a sweep.

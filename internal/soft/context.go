@@ -3,6 +3,7 @@ package soft
 import (
 	"crypto/rand"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"sync"
 
@@ -42,6 +43,11 @@ type Context struct {
 // open opens dev of transport t.
 func open(t Transport, dev DeviceInfo, opts driver.Options) (*Context, error) {
 	a, err := arena.New("rdmakit-"+dev.Name, int(opts.ArenaSize))
+	if errors.Is(err, sys.ErrNotSupported) {
+		// No arena on this operating system (Windows): no software device
+		// can open here.
+		return nil, fmt.Errorf("%s: %w: %w", dev.Name, driver.ErrNotSupported, err)
+	}
 	if err != nil {
 		return nil, err
 	}

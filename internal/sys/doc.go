@@ -1,9 +1,45 @@
 // Package sys is rdmakit's one gateway to raw system calls and unsafe memory
-// access: anonymous and memfd-backed mappings, hole punching, futexes, and
-// atomic operations on words that live inside byte slices (which may be
-// shared with other processes through a MAP_SHARED mapping).
+// access. Every other package reaches the kernel or unsafe.Pointer through
+// here, so the audit surface for memory safety is the files named
+// *_unsafe.go in this directory. Two exceptions, also named *_unsafe.go:
+// transport/ibverbs/cgo_unsafe.go, the cgo transport's gateway to C, and
+// coll/internal/reduce/cast_unsafe.go, which views byte buffers as typed
+// element slices for the reduction kernels.
 //
-// Every other package reaches the kernel or unsafe.Pointer through here, so
-// the audit surface for memory safety is the files named *_unsafe.go in this
-// directory.
+// What lives here:
+//
+//   - memory: Memfd, MapShared, MapAnon, Unmap, PunchHole, ReplaceWithAnon,
+//     PageSize, Addr;
+//   - atomics on words inside byte slices (which may be shared with other
+//     processes through a MAP_SHARED mapping): Load32, Store32, Add32,
+//     CAS32, Load64, Store64, Add64, CAS64, CompareSwap64, FetchAdd64;
+//   - futexes and scheduling: FutexWait, FutexWake, Yield;
+//   - descriptors: Read, Writev (with IOVecs, MaxIOV, ErrAgain), Close,
+//     Inode, DupNonblock, IsTerminal;
+//   - peers and children: OpenPeerFd, PidfdOpen, ProcessExited,
+//     ChildDiesWithParent, StartInNewProcessGroup, KillProcessGroup;
+//   - limits and accounting: MemlockLimit (Unlimited), ProcessCPUTime;
+//   - race-detector annotations of hand-offs through shared words:
+//     RaceRelease, RaceAcquire (race_unsafe.go; empty without -race).
+//
+// Operating systems. The package builds everywhere rdmakit does, and every
+// function exists on every system; the files are split by build tags:
+//
+//   - *_linux*.go (//go:build linux): the real thing, all of the above.
+//   - *_otherunix*.go, term_bsd.go, writev_fallback.go, proc_unix.go,
+//     read_unix.go (darwin and the BSDs): mappings (MapShared, MapAnon,
+//     ReplaceWithAnon), descriptors, process groups and rlimits work;
+//     Memfd, PunchHole, OpenPeerFd and PidfdOpen do not exist there;
+//     ChildDiesWithParent does nothing (no PR_SET_PDEATHSIG).
+//   - sys_windows.go: atomics, IsTerminal and ProcessCPUTime work; mappings,
+//     descriptor I/O, process groups and MemlockLimit do not.
+//   - futex_other.go (all but Linux): FutexWait naps briefly instead of
+//     waiting on a futex, FutexWake does nothing; Yield is runtime.Gosched.
+//
+// A function with no equivalent on the running system returns an error
+// wrapping ErrNotSupported (which also matches errors.ErrUnsupported) whose
+// message names the call and the system, e.g. "sys: memfd_create is not
+// supported on darwin". Callers that can do without translate it
+// (internal/arena falls back from Memfd to MapAnon; internal/soft turns a
+// missing arena into verbs.ErrNotSupported).
 package sys

@@ -21,9 +21,8 @@ import (
 	"sync/atomic"
 	"syscall"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/rdmakit/rdmakit/internal/arena"
+	"github.com/rdmakit/rdmakit/internal/sys"
 	"github.com/rdmakit/rdmakit/verbs"
 	vdriver "github.com/rdmakit/rdmakit/verbs/driver"
 )
@@ -391,12 +390,8 @@ func (c *cCtx) startEventsOnce() error {
 // fd is readable, until the context closes. fd is dup'ed so that closing
 // the Go file does not close the library's descriptor.
 func (d *ctxDriver) startLoop(fd int, drain func()) error {
-	nfd, err := unix.Dup(fd)
+	nfd, err := sys.DupNonblock(fd)
 	if err != nil {
-		return err
-	}
-	if err := unix.SetNonblock(nfd, true); err != nil {
-		unix.Close(nfd)
 		return err
 	}
 	f := os.NewFile(uintptr(nfd), "ibverbs-events")

@@ -5,8 +5,7 @@ import (
 	"fmt"
 	"syscall"
 
-	"golang.org/x/sys/unix"
-
+	"github.com/rdmakit/rdmakit/internal/sys"
 	"github.com/rdmakit/rdmakit/verbs"
 )
 
@@ -20,17 +19,14 @@ var (
 
 // memlockLimit describes RLIMIT_MEMLOCK for error messages.
 func memlockLimit() string {
-	var r unix.Rlimit
-	if err := unix.Getrlimit(unix.RLIMIT_MEMLOCK, &r); err != nil {
+	v, err := sys.MemlockLimit()
+	switch {
+	case err != nil:
 		return "unknown"
+	case v == sys.Unlimited:
+		return "unlimited"
 	}
-	f := func(v uint64) string {
-		if v == unix.RLIM_INFINITY {
-			return "unlimited"
-		}
-		return fmt.Sprintf("%d KiB", v/1024)
-	}
-	return f(r.Cur)
+	return fmt.Sprintf("%d KiB", v/1024)
 }
 
 // regError explains a failed ibv_reg_mr: ENOMEM and EPERM from pinning

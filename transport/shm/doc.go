@@ -25,4 +25,12 @@
 // Limits: peers must be on the same host, run as the same user and see each
 // other's /proc (same PID namespace); RegMR of caller memory is not
 // supported (use PD.AllocMR), because peers map only the arena.
+//
+// Operating systems: Linux only. Elsewhere (darwin, Windows, ...) the
+// package still builds and registers, and device "shm0" is still listed by
+// verbs.Devices, so that a program sees the same device list everywhere;
+// but opening it fails with an error wrapping verbs.ErrNotSupported that
+// names the system (on Windows the arena fails first, with the same
+// sentinel). Programs that pick a device should skip one whose Open
+// returns verbs.ErrNotSupported.
 package shm

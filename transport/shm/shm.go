@@ -224,6 +224,9 @@ type ctxDriver struct {
 }
 
 func (driver) Open(dev verbs.DeviceInfo, opts vdriver.Options, ctx *soft.Context) (soft.ContextTransport, error) {
+	if err := checkSystem(); err != nil {
+		return nil, err
+	}
 	c := &ctxDriver{ctx: ctx, stop: make(chan struct{}), done: make(chan struct{}),
 		kick: make(chan struct{}, 1), qps: map[*qpDriver]struct{}{}}
 	ctxsMu.Lock()

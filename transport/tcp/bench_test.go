@@ -5,10 +5,10 @@ import (
 	"fmt"
 	"github.com/rdmakit/rdmakit/internal/perftest"
 	"runtime"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/rdmakit/rdmakit/internal/sys"
 	"github.com/rdmakit/rdmakit/verbs"
 )
 
@@ -186,9 +186,8 @@ func pause(w waitMode, spins int) {
 
 // cpuTime returns the process's user+system CPU time.
 func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	d, _ := sys.ProcessCPUTime()
+	return d
 }
 
 // BenchmarkVerbs is the benchmark set every transport runs (latency in

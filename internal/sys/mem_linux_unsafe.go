@@ -1,15 +1,13 @@
+//go:build linux
+
 package sys
 
 import (
 	"fmt"
-	"os"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
-
-// PageSize is the system page size.
-var PageSize = os.Getpagesize()
 
 // Memfd creates an anonymous memory file of the given size. The file is
 // sparse: pages cost memory only once touched.
@@ -37,8 +35,18 @@ func MapShared(fd int, size int) ([]byte, error) {
 	return unsafe.Slice((*byte)(p), size), nil
 }
 
-// Unmap releases a mapping made by MapShared, or any page-aligned part of
-// one.
+// MapAnon maps size bytes of private anonymous memory, zero-filled and
+// charged only as pages are touched (MAP_NORESERVE).
+func MapAnon(size int) ([]byte, error) {
+	p, err := unix.MmapPtr(-1, 0, nil, uintptr(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_NORESERVE)
+	if err != nil {
+		return nil, fmt.Errorf("mmap %d bytes anonymous: %w", size, err)
+	}
+	return unsafe.Slice((*byte)(p), size), nil
+}
+
+// Unmap releases a mapping made by MapShared or MapAnon, or any
+// page-aligned part of one.
 func Unmap(b []byte) error {
 	if len(b) == 0 {
 		return nil

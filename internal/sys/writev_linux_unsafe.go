@@ -1,3 +1,5 @@
+//go:build linux
+
 package sys
 
 import (
@@ -6,16 +8,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// MaxIOV is the most buffers one Writev call takes.
-const MaxIOV = 128
-
 // IOVecs is the iovec array Writev fills. Keeping one per writer makes
 // gathered writes allocation-free.
 type IOVecs [MaxIOV]unix.Iovec
-
-// ErrAgain is returned by Writev when a non-blocking descriptor cannot take
-// any byte now.
-var ErrAgain error = unix.EAGAIN
 
 // Writev writes bufs (at most MaxIOV non-empty ones; the rest are left for
 // the next call) to fd with a single writev(2) and returns the bytes

@@ -1,3 +1,5 @@
+//go:build unix
+
 package sys
 
 import "golang.org/x/sys/unix"

@@ -1,6 +1,0 @@
-//go:build !race
-
-package ring
-
-func raceRelease() {}
-func raceAcquire() {}

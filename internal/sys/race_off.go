@@ -1,0 +1,11 @@
+//go:build !race
+
+package sys
+
+// RaceRelease annotates a hand-off for the race detector; a no-op without
+// -race (see race_unsafe.go).
+func RaceRelease() {}
+
+// RaceAcquire annotates a hand-off for the race detector; a no-op without
+// -race (see race_unsafe.go).
+func RaceAcquire() {}

@@ -1,0 +1,165 @@
+package sys
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+)
+
+// skipIfNotSupported skips the test when err says the call does not exist
+// on this system, and fails it on any other error.
+func skipIfNotSupported(t *testing.T, err error) {
+	t.Helper()
+	if errors.Is(err, ErrNotSupported) {
+		t.Skip(err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestErrNotSupported(t *testing.T) {
+	err := notSupported("memfd_create")
+	if !errors.Is(err, ErrNotSupported) || !errors.Is(err, errors.ErrUnsupported) {
+		t.Fatalf("%v does not match ErrNotSupported and errors.ErrUnsupported", err)
+	}
+	if msg := err.Error(); !strings.Contains(msg, "memfd_create") || !strings.Contains(msg, runtime.GOOS) {
+		t.Fatalf("message %q does not name the call and the system", msg)
+	}
+	if errors.Is(errors.New("other"), ErrNotSupported) {
+		t.Fatal("an unrelated error matches ErrNotSupported")
+	}
+}
+
+func TestFutexWaitWake(t *testing.T) {
+	w := make([]byte, 64)
+	start := time.Now()
+	FutexWait(w, 8, 1, time.Second) // the word is 0, not 1: no wait
+	if d := time.Since(start); d > 500*time.Millisecond {
+		t.Fatalf("FutexWait on a changed word waited %v", d)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for Load32(w, 8) == 0 {
+			FutexWait(w, 8, 0, 5*time.Second)
+		}
+	}()
+	time.Sleep(10 * time.Millisecond)
+	Store32(w, 8, 1)
+	FutexWake(w, 8, 1)
+	select {
+	case <-done:
+	case <-time.After(3 * time.Second):
+		t.Fatal("waiter not woken")
+	}
+}
+
+func TestMapAnonReplaceWithAnon(t *testing.T) {
+	p := PageSize
+	b, err := MapAnon(4 * p)
+	skipIfNotSupported(t, err)
+	defer Unmap(b)
+	for i := range b {
+		b[i] = 0xAB
+	}
+	if err := ReplaceWithAnon(b[p : 2*p]); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(b[p:2*p], make([]byte, p)) {
+		t.Fatal("replaced page is not zero")
+	}
+	if b[p-1] != 0xAB || b[2*p] != 0xAB {
+		t.Fatal("ReplaceWithAnon touched the neighbouring pages")
+	}
+}
+
+func TestMemlockLimit(t *testing.T) {
+	v, err := MemlockLimit()
+	skipIfNotSupported(t, err)
+	if v == 0 {
+		t.Log("RLIMIT_MEMLOCK is 0")
+	}
+}
+
+func TestProcessCPUTime(t *testing.T) {
+	d, err := ProcessCPUTime()
+	if err != nil || d < 0 {
+		t.Fatalf("ProcessCPUTime = %v, %v", d, err)
+	}
+}
+
+func TestIsTerminalPipe(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	defer w.Close()
+	if IsTerminal(r.Fd()) || IsTerminal(w.Fd()) {
+		t.Fatal("a pipe is reported as a terminal")
+	}
+}
+
+func TestDupNonblockReadWritev(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	defer w.Close()
+	rfd, err := DupNonblock(int(r.Fd()))
+	skipIfNotSupported(t, err)
+	defer Close(rfd)
+	buf := make([]byte, 64)
+	if _, err := Read(rfd, buf); err != ErrAgain {
+		t.Fatalf("Read of an empty non-blocking pipe: %v, want ErrAgain", err)
+	}
+	var iov IOVecs
+	n, err := Writev(int(w.Fd()), [][]byte{[]byte("ab"), nil, []byte("cde")}, &iov)
+	if err != nil || n != 5 {
+		t.Fatalf("Writev = %d, %v; want 5", n, err)
+	}
+	n, err = Read(rfd, buf)
+	if err != nil || string(buf[:n]) != "abcde" {
+		t.Fatalf("Read = %q, %v; want abcde", buf[:n], err)
+	}
+	w.Close()
+	if n, err := Read(rfd, buf); n != 0 || err != nil {
+		t.Fatalf("Read at end of file = %d, %v; want 0, nil", n, err)
+	}
+}
+
+func TestKillProcessGroup(t *testing.T) {
+	sleep, err := exec.LookPath("sleep")
+	if err != nil {
+		t.Skip(err)
+	}
+	cmd := exec.Command(sleep, "30")
+	StartInNewProcessGroup(cmd)
+	ChildDiesWithParent(cmd)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := KillProcessGroup(cmd.Process.Pid); err != nil {
+		cmd.Process.Kill()
+		cmd.Wait()
+		skipIfNotSupported(t, err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("sleep exited normally after KillProcessGroup")
+		}
+	case <-time.After(5 * time.Second):
+		cmd.Process.Kill()
+		t.Fatal("KillProcessGroup did not kill the group")
+	}
+}
