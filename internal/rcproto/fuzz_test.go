@@ -20,6 +20,7 @@ func FuzzEngines(f *testing.F) {
 	f.Add([]byte{1, 12, 0x73, 0x12, 5, 1, 0, 9, 1, 20, 6, 2, 40, 7, 5, 13, 13, 13})
 	f.Add([]byte{2, 8, 0x7f, 0x22, 200, 0x80 | 7, 2, 3, 3, 4, 0, 7, 1, 99, 8, 5, 12, 12, 4, 5, 13})
 	f.Add([]byte{5, 9, 0x21, 0x31, 1, 0, 2, 1, 2, 2, 2, 3, 10, 11, 5, 6, 7, 5, 13, 13, 4, 5})
+	f.Add([]byte{0, 10, 0x3b, 0x11, 3, 0x41, 0, 4, 1, 5, 2, 6, 3, 20, 5, 4, 1, 5, 12, 9, 5, 13, 14, 0xee, 0, 1})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		s := fuzzSim(data)
 		if s.err != nil {
@@ -58,7 +59,13 @@ func fuzzSim(data []byte) *sim {
 	s := newSim(cfg, rcfg, minRNR)
 	s.quiet = true
 	s.rng = uint64(b5) + 1
-	if b5&0x80 != 0 {
+	// A reliable stream loses, duplicates and reorders nothing: faults
+	// are ignored then.
+	reliable := b5&0xc0 == 0x40
+	if reliable {
+		s.cfg.Reliable = true
+		s.req = NewRequester(s.cfg)
+	} else if b5&0x80 != 0 {
 		s.reqF.lossy, s.respF.lossy = true, true
 	}
 	s.apply(s.req.Connected(s.now))
@@ -76,18 +83,10 @@ func fuzzSim(data []byte) *sim {
 			s.recvs += int(next() % 4)
 		case 5:
 			s.run()
-		case 6:
-			s.reqF.drop++
-		case 7:
-			s.respF.drop++
-		case 8:
-			s.reqF.dup++
-		case 9:
-			s.respF.dup++
-		case 10:
-			s.reqF.reorder = true
-		case 11:
-			s.respF.reorder = true
+		case 6, 7, 8, 9, 10, 11:
+			if !reliable {
+				s.fault1(op)
+			}
 		case 12:
 			s.advance(time.Duration(next()) * 10 * time.Microsecond)
 		case 13:
@@ -128,4 +127,22 @@ func fuzzSim(data []byte) *sim {
 		}
 	}
 	return s
+}
+
+// fault1 plans one network fault.
+func (s *sim) fault1(op byte) {
+	switch op {
+	case 6:
+		s.reqF.drop++
+	case 7:
+		s.respF.drop++
+	case 8:
+		s.reqF.dup++
+	case 9:
+		s.respF.dup++
+	case 10:
+		s.reqF.reorder = true
+	case 11:
+		s.respF.reorder = true
+	}
 }

@@ -193,7 +193,8 @@ const (
 	ActComplete ActionKind = iota + 1
 	// ActReadData: place the payload of the READ_RESP just stepped at
 	// offset Off (Len bytes) of WR's local buffer, then call
-	// Requester.Placed.
+	// Requester.Placed (after the rest of the batch: the next call reuses
+	// its buffer).
 	ActReadData
 	// ActTimer: (re)arm the owner's one timer to call Tick at Deadline
 	// (on the owner's monotonic clock); Deadline 0 disarms it.

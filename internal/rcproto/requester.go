@@ -491,6 +491,13 @@ func (r *Requester) Placed(now time.Duration) []Action {
 
 // find returns the WR whose PSNs include q (q in the window).
 func (r *Requester) find(q PSN) uint64 {
+	if r.cfg.MTU == 0 && r.head < r.tail {
+		// One PSN per WR: no search.
+		if d := q.Sub(r.wr(r.head).psn); d >= 0 && uint64(d) < r.tail-r.head {
+			return r.head + uint64(d)
+		}
+		return r.tail
+	}
 	for n := r.head; n < r.tail; n++ {
 		if q.Before(r.wr(n).end()) {
 			return n

@@ -102,6 +102,7 @@ func (s *sim) fault(format string, args ...any) {
 
 // apply carries out requester actions.
 func (s *sim) apply(acts []Action) {
+	place := false
 	for _, a := range acts {
 		switch a.Kind {
 		case ActComplete:
@@ -143,8 +144,12 @@ func (s *sim) apply(acts []Action) {
 		case ActReadData:
 			s.readDataBytes[a.WR] += a.Len
 			s.logf("read-data wr=%d off=%d len=%d", a.WR, a.Off, a.Len)
-			s.apply(s.req.Placed(s.now))
+			place = true
 		}
+	}
+	if place {
+		// The batch is the engine's buffer: done with it before the next call.
+		s.apply(s.req.Placed(s.now))
 	}
 }
 
