@@ -126,7 +126,6 @@ func (h header) reserved() uint32 { return binary.BigEndian.Uint32(h[hdrReserved
 func (h header) compare() uint64  { return binary.BigEndian.Uint64(h[hdrCompare:]) }
 func (h header) swap() uint64     { return binary.BigEndian.Uint64(h[hdrSwap:]) }
 
-func (h header) setPSN(p psn) { binary.BigEndian.PutUint32(h[hdrPSN:], uint32(p&psnMask)) }
 
 // frame holds the decoded fields of a header.
 type frame struct {
