@@ -150,6 +150,9 @@ type Packet struct {
 	// READ_RESP packets; for a READ request, the bytes wanted from Off; 8
 	// for atomics.
 	Len uint32
+	// MSN is the responder's message sequence number (the AETH's): how
+	// many messages it has completed, modulo 2^24; set on every response.
+	MSN uint32
 	// Value is the prior value of the target word (ATOMIC_RESP).
 	Value uint64
 	// WR is the requester's work request a request packet belongs to (set
@@ -163,13 +166,13 @@ type Packet struct {
 func (p *Packet) String() string {
 	switch {
 	case p.Op == OpNak:
-		s := fmt.Sprintf("NAK %s psn=%d", p.Syn, p.PSN)
+		s := fmt.Sprintf("NAK %s psn=%d msn=%d", p.Syn, p.PSN, p.MSN)
 		if p.Syn == SynRNR {
 			s += fmt.Sprintf(" timer=%d", p.RNRTimer)
 		}
 		return s
 	case p.Op == OpAck:
-		return fmt.Sprintf("ACK psn=%d", p.PSN)
+		return fmt.Sprintf("ACK psn=%d msn=%d", p.PSN, p.MSN)
 	case p.Op == OpAtomicResp:
 		return fmt.Sprintf("ATOMIC_RESP psn=%d value=%d", p.PSN, p.Value)
 	case p.Op.IsAtomic():

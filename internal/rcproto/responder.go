@@ -57,7 +57,8 @@ type respEntry struct {
 // Responder is the responder state machine (see the package comment).
 type Responder struct {
 	cfg  RespConfig
-	epsn PSN // next PSN expected
+	epsn PSN    // next PSN expected
+	msn  uint32 // messages completed (24 bits)
 
 	inMsg  bool // inside a multi-packet WRITE/SEND
 	msgOp  Opcode
@@ -174,6 +175,7 @@ func (r *Responder) Done(res Result) {
 		r.epsn = r.epsn.Add(1)
 		if p.Seg&SegLast != 0 {
 			r.inMsg = false
+			r.msn = (r.msn + 1) & PSNMask
 			r.ack(p.PSN)
 		} else {
 			r.inMsg, r.msgOp, r.msgOff = true, p.Op, p.Off+p.Len
@@ -185,11 +187,13 @@ func (r *Responder) Done(res Result) {
 		n := npkt(r.cfg.MTU, p.Len)
 		if !r.dup {
 			r.epsn = r.epsn.Add(n)
+			r.msn = (r.msn + 1) & PSNMask
 			r.rdOut++
 		}
 		r.push(Packet{Op: OpReadResp, PSN: p.PSN, Off: p.Off, Len: p.Len, Ref: res.Ref}, n, !r.dup)
 	default:
 		r.epsn = r.epsn.Add(1)
+		r.msn = (r.msn + 1) & PSNMask
 		r.rdOut++
 		r.atom[r.atomPos] = savedAtomic{psn: p.PSN, value: res.Value, ok: true}
 		r.atomPos = (r.atomPos + 1) % atomSlots
@@ -207,7 +211,7 @@ func (r *Responder) fatal(q PSN, syn Syndrome) {
 func (r *Responder) ack(q PSN) {
 	if r.qTail > r.qHead {
 		if last := &r.q[(r.qTail-1)%uint64(len(r.q))]; last.pkt.Op == OpAck {
-			last.pkt.PSN = q
+			last.pkt.PSN, last.pkt.MSN = q, r.msn
 			return
 		}
 	}
@@ -229,6 +233,7 @@ func (r *Responder) push(p Packet, n uint32, counted bool) {
 		}
 		r.q = q
 	}
+	p.MSN = r.msn
 	r.q[r.qTail%uint64(len(r.q))] = respEntry{pkt: p, npkt: n, counted: counted}
 	r.qTail++
 }

@@ -21,6 +21,7 @@ package rcproto
 //	run                                         move packets until nothing moves
 //	tick DUR                                    advance time, firing timers
 //	lost                                        the peer is gone (PeerLost)
+//	activity                                    the peer shows signs of life (Activity)
 //	state, wrs                                  print engine state, work requests
 //
 // Goroutines: the test's only.
@@ -229,6 +230,8 @@ func command(t *testing.T, s *sim, line, where string) (*sim, string) {
 		s.advance(d)
 	case "lost":
 		s.apply(s.req.PeerLost(s.now))
+	case "activity":
+		s.apply(s.req.Activity(s.now))
 	case "state":
 		s.logf("%s", s.state())
 	case "wrs":
