@@ -13,6 +13,8 @@ package rcproto
 import (
 	"testing"
 	"time"
+
+	"github.com/rdmakit/rdmakit/internal/rc"
 )
 
 func FuzzEngines(f *testing.F) {
@@ -20,6 +22,7 @@ func FuzzEngines(f *testing.F) {
 	f.Add([]byte{1, 12, 0x73, 0x12, 5, 1, 0, 9, 1, 20, 6, 2, 40, 7, 5, 13, 13, 13})
 	f.Add([]byte{2, 8, 0x7f, 0x22, 200, 0x80 | 7, 2, 3, 3, 4, 0, 7, 1, 99, 8, 5, 12, 12, 4, 5, 13})
 	f.Add([]byte{5, 9, 0x21, 0x31, 1, 0, 2, 1, 2, 2, 2, 3, 10, 11, 5, 6, 7, 5, 13, 13, 4, 5})
+	f.Add([]byte{1, 5, 0x07, 0x05, 9, 0x90, 0, 254, 1, 30, 5, 2, 255, 5, 13})
 	f.Add([]byte{0, 10, 0x3b, 0x11, 3, 0x41, 0, 4, 1, 5, 2, 6, 3, 20, 5, 4, 1, 5, 12, 9, 5, 13, 14, 0xee, 0, 1})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		s := fuzzSim(data)
@@ -78,7 +81,11 @@ func fuzzSim(data []byte) *sim {
 			}
 			kind := fuzzOps[x%7]
 			n := uint32(x/7) * 37 % 700
-			s.post(kind, n, x == 255, 0)
+			lerr := rc.Success
+			if x == 254 {
+				lerr = rc.LocalProtection
+			}
+			s.post(kind, n, x == 255, lerr)
 		case 4:
 			s.recvs += int(next() % 4)
 		case 5:

@@ -142,6 +142,9 @@ func (s *sim) apply(acts []Action) {
 				s.logf("timer +%v", a.Deadline-s.now)
 			}
 		case ActReadData:
+			if a.Off != s.readDataBytes[a.WR] {
+				s.fault("READ wr %d: data at offset %d after %d bytes", a.WR, a.Off, s.readDataBytes[a.WR])
+			}
 			s.readDataBytes[a.WR] += a.Len
 			s.logf("read-data wr=%d off=%d len=%d", a.WR, a.Off, a.Len)
 			place = true
