@@ -95,7 +95,9 @@ type Requester struct {
 	connAt   time.Duration // connect deadline, 0 if disarmed
 	timerAt  time.Duration // deadline last announced with ActTimer
 	txPend   bool          // packets handed out by Next since Flushed
-	placing  bool          // ActReadData given, Placed not called yet
+	inaValid bool          // an implied NAK went back to inaPSN
+	inaPSN   PSN
+	placing  bool // ActReadData given, Placed not called yet
 	placeWR  uint64
 	placeLen uint32
 
@@ -349,6 +351,7 @@ func (r *Requester) Tick(now time.Duration) []Action {
 			if r.cfg.Reliable {
 				r.ackAt = now + r.ackTO // nothing was lost; keep waiting
 			} else {
+				r.inaValid = false
 				r.goBack(r.una)
 			}
 		}
@@ -415,6 +418,7 @@ func (r *Requester) step(p *Packet, now time.Duration) {
 				return
 			}
 			r.retries--
+			r.inaValid = false
 			r.goBack(p.PSN)
 			r.ackAt = 0
 		default:
@@ -442,7 +446,7 @@ func (r *Requester) step(p *Packet, now time.Duration) {
 			if r.cfg.Reliable {
 				r.fail(rc.BadResponse)
 			} else {
-				r.goBack(exp) // responses lost: ask again for the rest
+				r.impliedNak(exp) // responses lost: ask again for the rest
 			}
 			return
 		}
@@ -523,7 +527,7 @@ func (r *Requester) ackUpTo(upto PSN, now time.Duration) bool {
 				return false
 			}
 			upto = w.psn
-			r.goBack(w.psn)
+			r.impliedNak(w.psn)
 			break
 		}
 		r.complete(rc.Success, 0)
@@ -565,6 +569,19 @@ func (r *Requester) complete(st rc.Status, v uint64) {
 	if r.tx < r.head {
 		r.tx, r.txSeg = r.head, 0
 	}
+}
+
+// impliedNak goes back to q because a response is missing before one
+// that came. Once per PSN until a timeout or a NAK goes back: the
+// responses to the rest of the window, and to what it retransmits, would
+// each imply the same again; if the retransmission is lost too, the ACK
+// timeout takes over.
+func (r *Requester) impliedNak(q PSN) {
+	if r.inaValid && r.inaPSN == q {
+		return
+	}
+	r.inaValid, r.inaPSN = true, q
+	r.goBack(q)
 }
 
 // goBack makes transmission resume at PSN q (go-back-N).
