@@ -29,7 +29,8 @@
 // ACKs (one ACK completes every work request up to its PSN), and the
 // implicit acknowledgement by a later NAK, READ or atomic response; a
 // response missing before a later one (an ACK beyond a READ, a READ
-// response beyond the one expected) is an implied NAK; NAK sequence error
+// response beyond the one expected) is an implied NAK, acted on once per
+// PSN until a timeout or a NAK goes back again; NAK sequence error
 // and the ACK timeout (4.096 µs × 2^timeout) go back N to the PSN named
 // (or the oldest unacknowledged), retry_cnt times; RNR NAK waits the
 // responder's min_rnr_timer (RNRDuration, the IBTA table) and retries
@@ -51,7 +52,8 @@
 // remote access and invalid request errors are NAKed and move the
 // responder to ERROR (everything after is dropped); max_dest_rd_atomic
 // bounds the READs and atomics whose responses are not handed out yet,
-// and one beyond is NAKed as an invalid request. ACKs coalesce in the
+// and one beyond is NAKed as an invalid request. Responses carry the
+// message sequence number (MSN) of the AETH. ACKs coalesce in the
 // response queue: NextResponse can keep back a trailing ACK until the
 // owner is about to wait.
 //

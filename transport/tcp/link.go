@@ -418,7 +418,8 @@ func (l *link) setConn(c *net.TCPConn) bool {
 }
 
 // dial connects to the peer until it answers or the link stops; the
-// watchdog fails posted work requests that wait too long meanwhile.
+// requester engine's connect timeout fails posted work requests that
+// wait too long meanwhile.
 func (l *link) dial() (*net.TCPConn, error) {
 	addr := (&net.TCPAddr{IP: l.peerIP, Port: int(l.peer.port)}).String()
 	dialer := net.Dialer{Timeout: handshakeTimeout}
