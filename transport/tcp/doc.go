@@ -28,13 +28,19 @@
 //
 // # Protocol
 //
+// The protocol is internal/rcproto's RC engine (a requester and a
+// responder state machine) in its reliable-stream setting: one packet per
+// message, nothing retransmitted but after an RNR NAK. This package only
+// frames its packets, moves the data and runs its timer.
+//
 // Frames are a 48-byte header (see header.go) and, for WRITE, WRITE_IMM,
 // SEND, SEND_IMM and READ_RESP, a payload. Requests carry 24-bit PSNs
 // starting at the requester's SQPSN, which must equal the responder's
 // RQPSN. Responses come in PSN order: ACK acknowledges every request up to
 // its PSN (the responder coalesces them), NAK fails one (RNR, access,
 // invalid request, remote operation) and implicitly acknowledges those
-// before, READ_RESP and ATOMIC_RESP carry data. A malformed frame closes
+// before, READ_RESP and ATOMIC_RESP carry data and implicitly acknowledge
+// those before too. A malformed frame closes
 // the connection and fails the QP (BadResponse for the oldest work
 // request, if any).
 //
@@ -63,8 +69,10 @@
 // connection until its hello is routed. Per connected QP: the link
 // goroutine, which connects and then reads (it is the responder, and
 // completes send work requests), and an idle writer goroutine that takes
-// over when the socket is full. Timers (time.AfterFunc) run the RNR retry
-// and a watchdog while work requests are outstanding.
+// over when the socket is full. One timer (time.AfterFunc) calls the
+// requester engine at the deadline it asks for: the RNR wait, the ACK
+// timeout (which here only bounds a stalled peer: bytes moved count as
+// progress), the connect timeout.
 //
 // PostSend writes new requests from the caller's goroutine with one
 // non-blocking writev of headers and the application's buffers (no copy),

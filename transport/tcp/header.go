@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/rdmakit/rdmakit/internal/rcproto"
 	"github.com/rdmakit/rdmakit/verbs"
 )
 
@@ -106,21 +107,6 @@ const (
 	maxSyndrome           = synRemoteOp
 )
 
-// nakStatus is the requester's completion status for a fatal NAK.
-func nakStatus(syn uint8) verbs.Status {
-	switch syn {
-	case synRemoteAccess:
-		return verbs.StatusRemoteAccess
-	case synInvalidReq:
-		return verbs.StatusRemoteInvalidReq
-	case synRemoteOp:
-		return verbs.StatusRemoteOperation
-	}
-	// A sequence error cannot be repaired by retransmission over an
-	// ordered stream: the two sides disagree on the initial PSN.
-	return verbs.StatusRetryExceeded
-}
-
 // errMalformed is wrapped by every header validation error.
 var errMalformed = errors.New("tcp: malformed frame")
 
@@ -140,7 +126,6 @@ func (h header) reserved() uint32 { return binary.BigEndian.Uint32(h[hdrReserved
 func (h header) compare() uint64  { return binary.BigEndian.Uint64(h[hdrCompare:]) }
 func (h header) swap() uint64     { return binary.BigEndian.Uint64(h[hdrSwap:]) }
 
-func (h header) setPSN(p psn) { binary.BigEndian.PutUint32(h[hdrPSN:], uint32(p&psnMask)) }
 
 // frame holds the decoded fields of a header.
 type frame struct {
@@ -240,21 +225,8 @@ func parseHeader(b []byte) (header, error) {
 	return h, nil
 }
 
-// psn is a 24-bit packet sequence number. Arithmetic wraps modulo 2^24, as
-// with InfiniBand PSNs, so that an initial PSN from verbs.RandomPSN may sit
-// anywhere in the space.
-type psn uint32
+// psn is a 24-bit packet sequence number on the wire; its arithmetic is
+// rcproto's.
+type psn = rcproto.PSN
 
-const psnMask = 1<<24 - 1
-
-// add returns p advanced by n.
-func (p psn) add(n uint64) psn { return psn((uint64(p) + n) & psnMask) }
-
-// sub returns the signed distance p - q, valid when |p - q| < 2^23.
-func (p psn) sub(q psn) int32 {
-	d := (uint32(p) - uint32(q)) & psnMask
-	return int32(d<<8) >> 8
-}
-
-// before reports whether p comes strictly before q.
-func (p psn) before(q psn) bool { return p.sub(q) < 0 }
+const psnMask = rcproto.PSNMask

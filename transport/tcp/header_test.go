@@ -81,17 +81,17 @@ func TestPSNArithmetic(t *testing.T) {
 	}{
 		{5, 3, 2}, {3, 5, -2}, {0, psnMask, 1}, {psnMask, 0, -1}, {1 << 22, 0, 1 << 22}, {0, 1 << 22, -(1 << 22)},
 	} {
-		if got := c.p.sub(c.q); got != c.d {
+		if got := c.p.Sub(c.q); got != c.d {
 			t.Errorf("%#x - %#x = %d, want %d", c.p, c.q, got, c.d)
 		}
-		if c.q.add(uint64(int64(c.d))&psnMask) != c.p {
+		if c.q.Add(uint32(c.d)&psnMask) != c.p {
 			t.Errorf("%#x + %d != %#x", c.q, c.d, c.p)
 		}
 	}
-	if !psn(psnMask).before(0) || psn(0).before(psnMask) {
+	if !psn(psnMask).Before(0) || psn(0).Before(psnMask) {
 		t.Error("before does not wrap")
 	}
-	if psn(psnMask).add(2) != 1 {
+	if psn(psnMask).Add(2) != 1 {
 		t.Error("add does not wrap")
 	}
 }

@@ -7,21 +7,31 @@ package tcp
 //
 //   - the link goroutine (run): waits for verbs to record RTR, connects
 //     (dials, or takes the connection the accept side hands over), then
-//     becomes the reader: the transport's progress goroutine. It runs the
-//     responder (executes requests against the QP's Target, reading payloads
-//     straight into target memory) and the requester's completion side
-//     (ACK/NAK/READ_RESP/ATOMIC_RESP complete send entries in order).
+//     becomes the reader: the transport's progress goroutine. It feeds
+//     request frames to the responder engine (resp, an rcproto.Responder
+//     that only this goroutine touches) and executes what it says against
+//     the QP's Target, reading payloads straight into target memory; and
+//     it feeds response frames to the requester engine (req, an
+//     rcproto.Requester, under d.mu), carrying out its actions: complete
+//     send entries, read READ data into place, arm the timer, fail the QP.
 //   - the writer goroutine (writer): idle on wake; it takes over output
 //     that could not be written without blocking (see output.go).
-//   - timers (time.AfterFunc): the watchdog (no progress while work
-//     requests are outstanding → RetryExceeded) and the RNR retry timer.
+//   - the timer (time.AfterFunc, onTimer): calls the requester's Tick at
+//     the deadline it asked for (ACK timeout, RNR wait, connect timeout),
+//     first telling it of progress the connection made meanwhile.
 //
-// Application goroutines write too: PostSend encodes and writes new
-// requests itself, without blocking and without waking anyone, when the
-// socket has room. Who writes at a time is decided by the busy token.
+// The protocol's decisions (PSNs, what to transmit and retransmit, ACK
+// coalescing, RNR and timeout retries, which status completes what) are
+// the engines'; the link keeps sockets, framing, and timers.
+//
+// Application goroutines write too: PostSend feeds new work requests to
+// the requester engine and writes what it hands out itself, without
+// blocking and without waking anyone, when the socket has room. Who
+// writes at a time is decided by the busy token.
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"net"
 	"sync"
@@ -31,6 +41,7 @@ import (
 
 	"github.com/rdmakit/rdmakit/internal/keytab"
 	"github.com/rdmakit/rdmakit/internal/rc"
+	"github.com/rdmakit/rdmakit/internal/rcproto"
 	"github.com/rdmakit/rdmakit/internal/soft"
 	"github.com/rdmakit/rdmakit/verbs"
 )
@@ -43,8 +54,6 @@ const (
 	directRead = 8 << 10
 	// lingerTimeout bounds the orderly close after a responder error.
 	lingerTimeout = time.Second
-	// wdTicks is how many watchdog periods make up the stall limit.
-	wdTicks = 4
 	// flushFrames and flushBytes bound how much the reader handles before
 	// it writes the responses it owes while input keeps coming.
 	flushFrames = 32
@@ -72,8 +81,8 @@ type link struct {
 	wake     chan struct{}     // hands the busy token to the writer goroutine
 	wg       sync.WaitGroup    // link and writer goroutines
 	cond     sync.Cond         // on d.mu: busy released, output drained
-	wd       *time.Timer       // watchdog
-	rnr      *time.Timer       // RNR retry
+	timer    *time.Timer       // runs onTimer
+	epoch    time.Time         // the engines' clock starts here
 	writeFn  func(fd uintptr) bool
 	readFn   func(fd uintptr) bool
 	progress atomic.Uint64 // bytes moved either way, responses seen
@@ -91,32 +100,26 @@ type link struct {
 	failQP    bool         // move the QP to ERROR when the reader exits
 
 	// Guarded by d.mu: requester.
-	rts      bool
-	sqBase   uint64 // send queue position of the first entry sent on this link
-	psnBase  psn    // its PSN (SQPSN)
-	next     uint64 // next send queue position to transmit
-	encoded  uint64 // headers in d.hdrs are valid below this position
-	paused   bool   // RNR wait
-	probe    bool   // after RNR: transmit only up to probeSeq until it completes
-	probeSeq uint64
-	rnrSeq   uint64
-	rnrCount int
-	wdArmed  bool
-	wdLast   uint64
-	wdStale  int
+	req     *rcproto.Requester // from RTS
+	posted  uint64             // send queue entries before this were given to req
+	encoded uint64             // headers in d.hdrs are valid below this position
+	timerAt time.Duration      // deadline req asked for (0: none)
+	armedAt time.Duration      // deadline the timer is set for (0: stopped)
+	wdLast  uint64             // progress when the deadline was last set or reached
 
 	// Guarded by d.mu: output (see output.go); the batch belongs to whoever
 	// holds busy.
-	out output
+	out  output
+	pkt2 rcproto.Packet // buildBatchLocked's
 
 	// Reader goroutine only.
+	resp    *rcproto.Responder
 	rbuf    []byte
 	rpos    int
 	rend    int
-	epsn    psn          // next request PSN expected
-	rnrWait bool         // RNR NAK sent: drop requests until epsn comes again
-	dropAll bool         // fatal NAK sent: drop everything
+	dropAll bool         // the QP left RTR/RTS: drop every request
 	keys    keytab.Cache // last rkey resolved
+	rdMem   []byte       // data of the READ_RESP the responder queued last
 	// frames and bytes handled since output was last flushed
 	owedFrames int
 	owedBytes  int
@@ -127,6 +130,7 @@ type link struct {
 	wqe    rc.RecvWQE
 	segs   [rc.MaxSGE][]byte
 	one    [1][]byte
+	pkt    rcproto.Packet
 }
 
 func newLink(d *qpDriver, peer qpAddr, ip net.IP, dialer bool, rqpsn psn) *link {
@@ -135,16 +139,15 @@ func newLink(d *qpDriver, peer qpAddr, ip net.IP, dialer bool, rqpsn psn) *link 
 		stop:     make(chan struct{}),
 		incoming: make(chan *net.TCPConn, 1),
 		wake:     make(chan struct{}, 1),
-		rnrSeq:   ^uint64(0),
+		epoch:    time.Now(),
+		resp:     rcproto.NewResponder(rcproto.RespConfig{FirstPSN: rqpsn}),
 	}
 	l.dialCtx, l.cancel = context.WithCancel(context.Background())
 	l.cond.L = &d.mu
 	l.writeFn = l.rawWrite
 	l.readFn = l.rawRead
-	l.wd = time.AfterFunc(time.Hour, l.watchdog)
-	l.wd.Stop()
-	l.rnr = time.AfterFunc(time.Hour, l.rnrExpired)
-	l.rnr.Stop()
+	l.timer = time.AfterFunc(time.Hour, l.onTimer)
+	l.timer.Stop()
 	l.out.init()
 	return l
 }
@@ -161,9 +164,8 @@ func (l *link) stopLocked() {
 	if l.conn != nil {
 		l.conn.Close()
 	}
-	l.wd.Stop()
-	l.rnr.Stop()
-	l.wdArmed = false
+	l.timer.Stop()
+	l.armedAt = 0
 	l.cond.Broadcast()
 }
 
@@ -186,6 +188,9 @@ func (l *link) wait() {
 	}
 }
 
+// now is the engines' clock: monotonic, from the link's creation.
+func (l *link) now() time.Duration { return time.Since(l.epoch) + 1 }
+
 // failHeadLocked completes the oldest posted work request with st, which
 // moves the QP to ERROR and flushes the rest; the link stops first.
 func (l *link) failHeadLocked(st verbs.Status) {
@@ -194,32 +199,136 @@ func (l *link) failHeadLocked(st verbs.Status) {
 	l.qp.CompleteSend(st)
 }
 
-// completeLocked completes the oldest work request successfully.
-func (l *link) completeLocked() bool {
-	if l.qp.CompleteSend(verbs.StatusSuccess) {
-		return true
+// applyLocked carries out the requester engine's actions. A READ's data
+// placement is returned (ok) for the caller, who reads it into place and
+// reports with Placed. It returns false once the link let go of the QP.
+func (l *link) applyLocked(acts []rcproto.Action) (place rcproto.Action, ok bool) {
+	qp := l.qp
+	for i := range acts {
+		a := &acts[i]
+		switch a.Kind {
+		case rcproto.ActComplete:
+			if l.detached {
+				return place, false
+			}
+			if a.Status != rc.Success {
+				l.failHeadLocked(verbs.Status(a.Status))
+				return place, false
+			}
+			if a.WR != qp.SendHead() {
+				// The engine and the send queue disagree: a bug, not the
+				// peer's doing; fail rather than complete the wrong entry.
+				l.failHeadLocked(verbs.StatusGeneral)
+				return place, false
+			}
+			if e := qp.SendEntry(a.WR); e.WR.Opcode.IsAtomic() && len(e.Local) == 1 && len(e.Local[0]) == 8 {
+				binary.LittleEndian.PutUint64(e.Local[0], a.Value)
+			}
+			if !qp.CompleteSend(verbs.StatusSuccess) {
+				// The QP went to ERROR under us (a transition in progress).
+				l.detached = true
+				l.stopLocked()
+				return place, false
+			}
+		case rcproto.ActError:
+			l.detached = true
+			l.stopLocked()
+			qp.Fail()
+			return place, false
+		case rcproto.ActTimer:
+			l.setTimerLocked(a.Deadline)
+		case rcproto.ActReadData:
+			place = *a
+		}
 	}
-	// The QP went to ERROR under us (a transition in progress).
-	l.detached = true
-	l.stopLocked()
-	return false
+	return place, !l.detached
 }
 
-// advanceLocked completes a head entry that failed local validation once
-// everything before it is done (it is never transmitted). It returns false
-// when that moved the QP to ERROR.
-func (l *link) advanceLocked() bool {
-	head := l.qp.SendHead()
-	if head < l.qp.SendTail() && head == l.next {
-		if e := l.qp.SendEntry(head); e.Status != verbs.StatusSuccess {
-			l.failHeadLocked(e.Status)
+// setTimerLocked records the requester's deadline. The timer itself is
+// only moved earlier: a deadline that moves later (every ACK pushes the
+// ACK timeout) is found when it fires, and re-armed then.
+func (l *link) setTimerLocked(at time.Duration) {
+	if at != 0 && l.timerAt == 0 {
+		l.wdLast = l.progress.Load()
+	}
+	l.timerAt = at
+	if at == 0 || l.stopped || (l.armedAt != 0 && l.armedAt <= at) {
+		return
+	}
+	l.armedAt = at
+	l.timer.Reset(at - l.now())
+}
+
+// onTimer runs on the timer: at the requester's deadline it tells the
+// engine of progress the connection made since (bytes moved count as
+// signs of life on a stream), then the time, and transmits what that let
+// go (an RNR wait ended).
+func (l *link) onTimer() {
+	d := l.d
+	d.mu.Lock()
+	l.armedAt = 0
+	if l.stopped || l.detached || l.req == nil || l.timerAt == 0 {
+		d.mu.Unlock()
+		return
+	}
+	now := l.now()
+	if now < l.timerAt {
+		l.armedAt = l.timerAt
+		l.timer.Reset(l.timerAt - now)
+		d.mu.Unlock()
+		return
+	}
+	if p := l.progress.Load(); p != l.wdLast {
+		l.wdLast = p
+		if _, ok := l.applyLocked(l.req.Activity(now)); !ok {
+			d.mu.Unlock()
+			return
+		}
+	}
+	_, ok := l.applyLocked(l.req.Tick(now))
+	d.mu.Unlock()
+	if ok {
+		l.flush()
+	}
+}
+
+// postLocked gives the requester engine the entries verbs published since
+// the last call.
+func (l *link) postLocked() bool {
+	qp := l.qp
+	for tail := qp.SendTail(); l.posted < tail; {
+		e := qp.SendEntry(l.posted)
+		l.posted++
+		w := rcproto.WR{Op: rcproto.Opcode(reqOpcodes[e.WR.Opcode]), Len: uint32(e.Len), Err: rc.Status(e.Status)}
+		if _, ok := l.applyLocked(l.req.Post(w, l.now())); !ok {
 			return false
 		}
 	}
 	return true
 }
 
-func (l *link) psnOf(seq uint64) psn { return l.psnBase.add(seq - l.sqBase) }
+// startLocked creates the requester engine at RTS.
+func (l *link) startLocked(attr *verbs.QPAttr) {
+	d := l.d
+	tail := l.qp.SendTail()
+	l.posted, l.encoded = tail, tail
+	l.req = rcproto.NewRequester(rcproto.Config{
+		FirstPSN:       psn(attr.SQPSN & psnMask),
+		FirstWR:        tail,
+		MaxWR:          len(d.hdrs),
+		Timeout:        attr.Timeout,
+		RetryCount:     attr.RetryCount,
+		RNRRetry:       attr.RNRRetry,
+		Reliable:       true,
+		ConnectTimeout: connectLimit(attr.Timeout, attr.RetryCount),
+	})
+	if l.up {
+		l.applyLocked(l.req.Connected(l.now()))
+	}
+	if l.dead {
+		l.applyLocked(l.req.PeerLost(l.now()))
+	}
+}
 
 // run is the link goroutine.
 func (l *link) run() {
@@ -232,8 +341,10 @@ func (l *link) run() {
 }
 
 // exit ends the link. Unless the QP let go of it, a connection that ended
-// by itself fails the oldest posted work request (RetryExceeded, or the
-// status a protocol error or the watchdog chose).
+// by itself is the loss of the peer for the requester engine (the oldest
+// outstanding work request fails with RetryExceeded, now or when one is
+// posted); a protocol error fails the QP (BadResponse for the oldest work
+// request, if any).
 func (l *link) exit(err error) {
 	d := l.d
 	d.mu.Lock()
@@ -242,18 +353,22 @@ func (l *link) exit(err error) {
 		l.stopLocked()
 		return
 	}
-	st := l.failSt
-	if st == verbs.StatusSuccess {
-		st = verbs.StatusRetryExceeded
-	}
 	l.dead = true
 	l.stopLocked()
-	if !l.advanceLocked() {
-		return // the oldest failed local validation: that is its status
-	}
-	if l.qp.SendHead() < l.qp.SendTail() {
-		l.failHeadLocked(st)
-	} else if l.failQP {
+	switch {
+	case l.req != nil && l.failQP:
+		st := l.failSt
+		if st == verbs.StatusSuccess {
+			st = verbs.StatusBadResponse
+		}
+		if l.postLocked() {
+			l.applyLocked(l.req.Fail(rc.Status(st)))
+		}
+	case l.req != nil:
+		if l.postLocked() {
+			l.applyLocked(l.req.PeerLost(l.now()))
+		}
+	case l.failQP:
 		l.detached = true
 		l.qp.Fail()
 	}
@@ -304,7 +419,8 @@ func (l *link) setConn(c *net.TCPConn) bool {
 }
 
 // dial connects to the peer until it answers or the link stops; the
-// watchdog fails posted work requests that wait too long meanwhile.
+// requester engine's connect timeout fails posted work requests that
+// wait too long meanwhile.
 func (l *link) dial() (*net.TCPConn, error) {
 	addr := (&net.TCPAddr{IP: l.peerIP, Port: int(l.peer.port)}).String()
 	dialer := net.Dialer{Timeout: handshakeTimeout}
@@ -388,7 +504,6 @@ func (l *link) attach(c *net.TCPConn) error {
 		return err
 	}
 	l.rbuf = make([]byte, readBufSize)
-	l.epsn = l.rqpsn
 	d := l.d
 	d.mu.Lock()
 	if l.stopped {
@@ -398,68 +513,12 @@ func (l *link) attach(c *net.TCPConn) error {
 	l.raw = raw
 	l.up = true
 	l.progress.Add(1)
-	if l.wdArmed {
-		// The stall limit of a live link replaces the connect limit.
-		l.wdArmed = false
-		l.armWatchdogLocked()
+	if l.req != nil {
+		l.applyLocked(l.req.Connected(l.now()))
 	}
 	l.wg.Add(1)
 	go l.writer()
 	d.mu.Unlock()
 	l.flush()
 	return nil
-}
-
-// watchdog runs on a timer while work requests are outstanding: with no
-// progress for the stall limit it closes the link, whose goroutine then
-// fails the oldest work request with RetryExceeded.
-func (l *link) watchdog() {
-	d := l.d
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if !l.wdArmed || l.stopped {
-		return
-	}
-	limit := d.stallLimitLocked(l.up)
-	if l.qp.SendHead() >= l.qp.SendTail() || limit <= 0 {
-		l.wdArmed = false
-		return
-	}
-	p := l.progress.Load()
-	if p != l.wdLast || l.paused {
-		l.wdLast, l.wdStale = p, 0
-	} else if l.wdStale++; l.wdStale >= wdTicks {
-		l.wdArmed = false
-		l.failSt = verbs.StatusRetryExceeded
-		l.stopLocked()
-		return
-	}
-	l.wd.Reset(limit / wdTicks)
-}
-
-// armWatchdogLocked starts the watchdog if work requests are outstanding.
-func (l *link) armWatchdogLocked() {
-	if l.wdArmed || l.stopped || l.qp.SendHead() >= l.qp.SendTail() {
-		return
-	}
-	limit := l.d.stallLimitLocked(l.up)
-	if limit <= 0 {
-		return
-	}
-	l.wdArmed = true
-	l.wdLast, l.wdStale = l.progress.Load(), 0
-	l.wd.Reset(limit / wdTicks)
-}
-
-// rnrExpired resumes transmission after an RNR wait.
-func (l *link) rnrExpired() {
-	d := l.d
-	d.mu.Lock()
-	if l.stopped || !l.paused {
-		d.mu.Unlock()
-		return
-	}
-	l.paused = false
-	d.mu.Unlock()
-	l.flush()
 }

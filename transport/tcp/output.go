@@ -1,8 +1,9 @@
 package tcp
 
-// Output of a link: responses queued by the reader and requests taken from
-// the send queue, gathered into batches of buffers and written with one
-// writev(2) each, without copying payloads.
+// Output of a link: responses queued by the reader (from the responder
+// engine) and the requests the requester engine hands out (Next), gathered
+// into batches of buffers and written with one writev(2) each, without
+// copying payloads.
 //
 // Who writes: one goroutine at a time holds the busy token (out.busy,
 // under d.mu). flush takes it on the caller's goroutine (PostSend, the
@@ -51,17 +52,10 @@ func (o *output) init() { o.resp = make([]response, 64) }
 
 func (o *output) pendingResp() bool { return o.rTaken < o.rTail }
 
-// queueLocked appends a response (ACKs coalesce with a queued ACK).
+// queueLocked appends a response (the responder engine coalesced ACKs).
 func (l *link) queueLocked(f *frame, data []byte) {
 	o := &l.out
 	mask := uint64(len(o.resp) - 1)
-	if f.op == opAck && o.rTail > o.rTaken {
-		last := header(o.resp[(o.rTail-1)&mask].hdr[:])
-		if last.opcode() == opAck {
-			last.setPSN(f.psn)
-			return
-		}
-	}
 	if o.rTail-o.rHead == uint64(len(o.resp)) {
 		// Grow. Batches in flight keep pointing into the old array, whose
 		// contents stay as they were.
@@ -78,16 +72,10 @@ func (l *link) queueLocked(f *frame, data []byte) {
 	o.rTail++
 }
 
-// respond queues a response from the reader goroutine.
-func (l *link) respond(f *frame, data []byte) {
-	l.d.mu.Lock()
-	l.queueLocked(f, data)
-	l.d.mu.Unlock()
-}
-
-// canSendLocked reports whether requests may be transmitted.
+// canSendLocked reports whether requests may be transmitted (the engine
+// decides which).
 func (l *link) canSendLocked() bool {
-	return l.rts && l.up && !l.paused && !l.detached && !l.stopped && !l.dead
+	return l.req != nil && l.up && !l.detached && !l.stopped && !l.dead
 }
 
 // buildBatchLocked gathers queued responses, then requests, into the
@@ -107,20 +95,13 @@ func (l *link) buildBatchLocked() bool {
 		o.rTaken++
 		o.batchResp++
 	}
-	if l.canSendLocked() {
+	if l.canSendLocked() && l.postLocked() {
 		qp := l.qp
-		tail := qp.SendTail()
-		if l.probe && qp.SendHead() > l.probeSeq {
-			l.probe = false
-		}
-		for l.next < tail {
-			if l.probe && l.next > l.probeSeq {
-				break
-			}
-			e := qp.SendEntry(l.next)
-			if e.Status != verbs.StatusSuccess {
-				break // completed by advanceLocked when its turn comes
-			}
+		r := l.req
+		p := &l.pkt2
+		sent := false
+		for r.Peek(p) {
+			e := qp.SendEntry(p.WR)
 			payload := e.WR.Opcode <= verbs.OpSendWithImm
 			need := 1
 			if payload {
@@ -129,10 +110,11 @@ func (l *link) buildBatchLocked() bool {
 			if n+need > len(o.batch) {
 				break
 			}
-			h := l.d.hdrs[l.next%uint64(len(l.d.hdrs))][:]
-			if l.next >= l.encoded {
-				encodeRequest(header(h), e, l.psnOf(l.next))
-				l.encoded = l.next + 1
+			r.Next(p)
+			h := l.d.hdrs[p.WR%uint64(len(l.d.hdrs))][:]
+			if p.WR >= l.encoded {
+				encodeRequest(header(h), e, p.PSN)
+				l.encoded = p.WR + 1
 			}
 			o.batch[n] = h
 			n++
@@ -142,7 +124,10 @@ func (l *link) buildBatchLocked() bool {
 					n++
 				}
 			}
-			l.next++
+			sent = true
+		}
+		if sent {
+			l.applyLocked(r.Flushed(l.now()))
 		}
 	}
 	o.bi, o.bn = 0, n

@@ -3,7 +3,7 @@ package tcp
 // Per-QP driver: the soft.QPTransport methods. They run on the application's
 // goroutines (verbs calls them without its locks held). Modify and Destroy
 // are serialised by modMu; everything they share with the QP's link
-// goroutines is guarded by mu.
+// goroutines is guarded by mu, the requester engine of the link included.
 
 import (
 	"fmt"
@@ -56,9 +56,6 @@ type qpDriver struct {
 	// mu guards the fields below and the fields of link marked as such.
 	mu        sync.Mutex
 	state     verbs.QPState // as last applied by Modify (verbs may lag)
-	timeout   uint8         // attr.Timeout (RTS)
-	retry     uint8         // attr.RetryCount (RTS)
-	rnrRetry  uint8         // attr.RNRRetry (RTS)
 	link      *link         // from RTR until ERROR/RESET
 	destroyed bool
 }
@@ -104,12 +101,8 @@ func (d *qpDriver) Modify(from, to verbs.QPState, attr *verbs.QPAttr) error {
 			return fmt.Errorf("%w: RTS without attributes", verbs.ErrInvalidArgument)
 		}
 		d.mu.Lock()
-		d.timeout, d.retry, d.rnrRetry = attr.Timeout, attr.RetryCount, attr.RNRRetry
-		if l := d.link; l != nil && from == verbs.QPRTR {
-			l.rts = true
-			l.sqBase = d.qp.SendTail()
-			l.next, l.encoded = l.sqBase, l.sqBase
-			l.psnBase = psn(attr.SQPSN & psnMask)
+		if l := d.link; l != nil && from == verbs.QPRTR && l.req == nil {
+			l.startLocked(attr)
 		}
 		d.state = to
 		d.mu.Unlock()
@@ -167,26 +160,21 @@ func (d *qpDriver) teardown() {
 	}
 }
 
-// PostSend transmits what verbs published (from the caller's goroutine,
-// without blocking: what the socket cannot take now goes to the writer).
+// PostSend gives what verbs published to the requester engine and
+// transmits what it hands out (from the caller's goroutine, without
+// blocking: what the socket cannot take now goes to the writer).
 func (d *qpDriver) PostSend() {
 	d.mu.Lock()
 	l := d.link
-	if l == nil || l.detached {
+	if l == nil || l.detached || l.req == nil {
 		d.mu.Unlock()
 		return
 	}
-	if !l.advanceLocked() {
+	if !l.postLocked() {
 		d.mu.Unlock()
 		return
 	}
-	if l.dead {
-		l.failHeadLocked(verbs.StatusRetryExceeded)
-		d.mu.Unlock()
-		return
-	}
-	l.armWatchdogLocked()
-	if l.up && l.next-d.qp.SendHead() >= deferAfter {
+	if l.up && d.qp.SendTail()-d.qp.SendHead()-uint64(l.req.Unsent()) >= deferAfter {
 		// Enough is in flight: the reader sends these with its next
 		// batch, when the responses come (one writev for many).
 		d.mu.Unlock()
@@ -234,14 +222,12 @@ func (d *qpDriver) offer(c *net.TCPConn, h *hello) offerResult {
 	return offerTaken
 }
 
-// stallLimitLocked is how long posted work requests may see no progress.
-func (d *qpDriver) stallLimitLocked(up bool) time.Duration {
-	ack := verbs.TimeoutDuration(d.timeout) * time.Duration(int(d.retry)+1)
-	if up {
-		return ack
-	}
-	if d.timeout == 0 {
+// connectLimit is how long posted work requests wait for the connection:
+// timeout×(retry+1), at least minConnectTimeout; defaultConnectTimeout
+// when the timeout is infinite.
+func connectLimit(timeout, retry uint8) time.Duration {
+	if timeout == 0 {
 		return defaultConnectTimeout
 	}
-	return max(ack, minConnectTimeout)
+	return max(verbs.TimeoutDuration(timeout)*time.Duration(int(retry)+1), minConnectTimeout)
 }

@@ -1,19 +1,21 @@
 package tcp
 
 // The reader: the loop of the link goroutine once connected. It parses
-// frames from a buffer, runs the responder for requests and completes send
-// entries for responses. Everything here runs on the link goroutine; it
-// takes d.mu only to queue responses and to complete work requests, and
-// never blocks on a write.
+// frames from a buffer, feeds requests to the responder engine (l.resp,
+// this goroutine's alone) and executes what it says against the Target,
+// and feeds responses to the requester engine (l.req, under d.mu) and
+// carries out its actions. Everything here runs on the link goroutine; it
+// takes d.mu only to queue responses and to step the requester, and never
+// blocks on a write.
 
 import (
-	"encoding/binary"
 	"fmt"
 	"io"
 	"net"
 	"time"
 
 	"github.com/rdmakit/rdmakit/internal/rc"
+	"github.com/rdmakit/rdmakit/internal/rcproto"
 	"github.com/rdmakit/rdmakit/internal/sys"
 	"github.com/rdmakit/rdmakit/verbs"
 )
@@ -59,7 +61,34 @@ func (l *link) readLoop() error {
 
 func (l *link) flushOwed() {
 	l.owedFrames, l.owedBytes = 0, 0
+	l.drainResponses(true)
 	l.flush()
+}
+
+// drainResponses moves the responder engine's responses to the output
+// queue; with acks false a trailing ACK stays in the engine, where later
+// ones coalesce with it.
+func (l *link) drainResponses(acks bool) {
+	r := l.resp
+	if !r.Pending(acks) {
+		return
+	}
+	d := l.d
+	p := &l.pkt
+	d.mu.Lock()
+	for r.NextResponse(p, acks) {
+		f := frame{op: opcode(p.Op), psn: p.PSN, syndrome: uint8(p.Syn), rnrTimer: p.RNRTimer}
+		var data []byte
+		switch p.Op {
+		case rcproto.OpReadResp:
+			f.length = p.Len
+			data, l.rdMem = l.rdMem, nil
+		case rcproto.OpAtomicResp:
+			f.compare = p.Value
+		}
+		l.queueLocked(&f, data)
+	}
+	d.mu.Unlock()
 }
 
 // read reads into b what is there, or else flushes what is owed and waits.
@@ -174,13 +203,13 @@ func (l *link) discard(n int) error {
 	return nil
 }
 
-// handleRequest is the responder.
+// handleRequest feeds a request to the responder engine and executes it
+// if the engine says so: it decides sequence (in order, duplicates, RNR
+// waits) and which NAK answers a failure; the Target checks keys, access
+// and bounds, and the reader moves the data.
 //
-// Requests are executed in PSN order. After an RNR NAK, requests are
-// dropped until the NAKed PSN comes again (the requester goes back to it).
-// After a fatal NAK everything is dropped: the requester's QP goes to ERROR
-// and closes the connection. A request reaching a QP that is no longer in
-// RTR/RTS is dropped too; the connection is closed with the transition, so
+// A request reaching a QP that is no longer in RTR/RTS is dropped, and so
+// is everything after; the connection is closed with the transition, so
 // the requester fails with RetryExceeded.
 func (l *link) handleRequest(f *frame) error {
 	n := int(f.length)
@@ -191,141 +220,130 @@ func (l *link) handleRequest(f *frame) error {
 	if l.dropAll {
 		return l.discard(pay)
 	}
-	if f.psn != l.epsn {
-		if l.rnrWait {
-			return l.discard(pay)
-		}
-		// The two sides disagree on the PSN (SQPSN vs RQPSN).
-		l.nak(f.psn, synSeqErr, 0)
-		l.dropAll = true
+	r := l.resp
+	p := &l.pkt
+	*p = rcproto.Packet{Op: rcproto.Opcode(f.op), Seg: rcproto.SegOnly, PSN: f.psn, Len: f.length}
+	if r.Step(p) == rcproto.Drop {
+		l.drainResponses(false)
 		return l.discard(pay)
 	}
-	l.rnrWait = false
 	t := l.t
 	if !t.Accepting() {
 		l.dropAll = true
 		return l.discard(pay)
 	}
+	var res rcproto.Result
 	switch f.op {
 	case opWrite, opWriteImm:
 		m, st := t.RemoteCached(&l.keys, f.rkey, f.raddr, n, rc.AccessRemoteWrite)
 		if st != rc.Success {
-			return l.nakFatal(f.psn, st)
+			res.Status = st
+			break
 		}
 		if f.op == opWriteImm && !t.PopRecv(&l.wqe) {
-			l.rnrNak(f.psn)
-			return l.discard(pay)
+			res.Status, res.RNRTimer = rc.RNR, t.MinRNR()
+			break
 		}
 		l.one[0] = m
 		err := l.readInto(l.one[:], n)
 		l.one[0] = nil
 		if err != nil {
+			if f.op == opWriteImm {
+				l.lostRecv()
+			}
 			return err
 		}
+		pay = 0
 		if f.op == opWriteImm {
 			t.Complete(&rc.WC{WRID: l.wqe.WRID, Opcode: rc.WCRecvWriteImm, ByteLen: f.length, Imm: f.imm,
 				Flags: rc.WCWithImm, QPN: t.QPN(), SrcQP: l.peer.qpn})
 		}
-		l.ack(f.psn)
 	case opSend, opSendImm:
 		if !t.PopRecv(&l.wqe) {
-			l.rnrNak(f.psn)
-			return l.discard(pay)
+			res.Status, res.RNRTimer = rc.RNR, t.MinRNR()
+			break
 		}
 		k, st := t.ScatterRecv(&l.wqe, n, l.segs[:])
 		if st != rc.Success {
 			if err := l.discard(pay); err != nil {
 				return err
 			}
-			return l.recvFailed(f.psn, st)
+			return l.recvFailed(st)
 		}
 		err := l.readInto(l.segs[:k], n)
 		clear(l.segs[:k])
 		if err != nil {
+			l.lostRecv()
 			return err
 		}
+		pay = 0
 		wc := rc.WC{WRID: l.wqe.WRID, Opcode: rc.WCRecv, ByteLen: f.length, QPN: t.QPN(), SrcQP: l.peer.qpn}
 		if f.op == opSendImm {
 			wc.Imm, wc.Flags = f.imm, rc.WCWithImm
 		}
 		t.Complete(&wc)
-		l.ack(f.psn)
 	case opReadReq:
 		m, st := t.RemoteCached(&l.keys, f.rkey, f.raddr, n, rc.AccessRemoteRead)
-		if st != rc.Success {
-			return l.nakFatal(f.psn, st)
-		}
-		l.respond(&frame{op: opReadResp, psn: f.psn, length: f.length}, m)
+		res.Status = st
+		l.rdMem = m
 	case opCmpSwap, opFetchAdd:
 		m, st := t.Atomic(f.rkey, f.raddr)
 		if st != rc.Success {
-			return l.nakFatal(f.psn, st)
+			res.Status = st
+			break
 		}
-		var old uint64
 		if f.op == opCmpSwap {
-			old = sys.CompareSwap64(m, 0, f.compare, f.swap)
+			res.Value = sys.CompareSwap64(m, 0, f.compare, f.swap)
 		} else {
-			old = sys.FetchAdd64(m, 0, f.compare)
+			res.Value = sys.FetchAdd64(m, 0, f.compare)
 		}
-		l.respond(&frame{op: opAtomicResp, psn: f.psn, compare: old}, nil)
 	}
-	l.epsn = l.epsn.add(1)
-	return nil
-}
-
-func (l *link) ack(q psn) { l.respond(&frame{op: opAck, psn: q}, nil) }
-
-func (l *link) nak(q psn, syn, timer uint8) {
-	l.respond(&frame{op: opNak, psn: q, syndrome: syn, rnrTimer: timer}, nil)
-}
-
-// rnrNak tells the requester to retry q after our min_rnr_timer.
-func (l *link) rnrNak(q psn) {
-	l.nak(q, synRNR, l.t.MinRNR())
-	l.rnrWait = true
-}
-
-// nakFatal refuses request q (access or bounds violation, invalid
-// request): the requester completes it with the matching status and its
-// QP goes to ERROR; so does ours, as the IBTA requires of a responder that
-// sends these NAKs, and its receives are flushed.
-func (l *link) nakFatal(q psn, st rc.Status) error {
-	syn := synRemoteAccess
-	switch st {
-	case rc.RemoteInvalidReq:
-		syn = synInvalidReq
-	case rc.RemoteOperation:
-		syn = synRemoteOp
+	r.Done(res)
+	if r.Failed() {
+		// A fatal NAK (remote access, invalid request): the IBTA moves
+		// the responder to ERROR too.
+		return l.failResponder()
 	}
-	return l.failResponder(q, syn)
+	l.drainResponses(false)
+	return l.discard(pay)
+}
+
+// lostRecv completes the receive a message was going into when the
+// connection broke mid-payload: it was taken from the queue, so no flush
+// will find it, and its data is incomplete.
+func (l *link) lostRecv() {
+	t := l.t
+	t.Complete(&rc.WC{WRID: l.wqe.WRID, Status: rc.WRFlush, Opcode: rc.WCRecv, QPN: t.QPN(), SrcQP: l.peer.qpn})
 }
 
 // recvFailed handles a receive that cannot take a message: the receive
 // completes with st (LocalLength or LocalProtection), the receiving QP
-// goes to ERROR, the requester is NAKed, and the connection is closed in
-// order so that the NAK reaches it.
-func (l *link) recvFailed(q psn, st rc.Status) error {
+// goes to ERROR, the requester is NAKed (invalid request or remote
+// operation error), and the connection is closed in order so that the
+// NAK reaches it.
+func (l *link) recvFailed(st rc.Status) error {
 	t := l.t
 	t.Complete(&rc.WC{WRID: l.wqe.WRID, Status: st, Opcode: rc.WCRecv, QPN: t.QPN(), SrcQP: l.peer.qpn})
-	syn := synRemoteOp
+	res := rcproto.Result{Status: rc.RemoteOperation}
 	if st == rc.LocalLength {
-		syn = synInvalidReq
+		res.Status = rc.RemoteInvalidReq
 	}
-	return l.failResponder(q, syn)
+	l.resp.Done(res)
+	return l.failResponder()
 }
 
-// failResponder moves our QP to ERROR after a fatal responder error (its
-// receives flushed), NAKs request q with syn, and closes the connection
-// in order so that the NAK reaches the requester.
-func (l *link) failResponder(q psn, syn uint8) error {
+// failResponder sends what the responder engine owes (the fatal NAK last),
+// moves our QP to ERROR with its receives flushed, and closes the
+// connection in order so that the NAK reaches the requester.
+func (l *link) failResponder() error {
 	t := l.t
 	d := l.d
+	l.drainResponses(true)
 	d.mu.Lock()
 	l.detached = true
 	l.lingering = true
 	t.Fail(!d.srq)
 	l.qp.Fail()
-	l.queueLocked(&frame{op: opNak, psn: q, syndrome: syn}, nil)
 	d.mu.Unlock()
 	l.linger()
 	return errStopped
@@ -358,90 +376,56 @@ func (l *link) linger() {
 	d.mu.Unlock()
 }
 
-// handleResponse is the requester's completion side.
+// handleResponse feeds a response to the requester engine and carries out
+// its actions; READ data is read straight into the work request's buffer.
 func (l *link) handleResponse(f *frame) error {
 	d := l.d
-	qp := l.qp
+	pay := 0
+	if f.op.hasPayload() {
+		pay = int(f.length)
+	}
 	d.mu.Lock()
 	if l.detached || l.stopped {
 		d.mu.Unlock()
 		return errStopped
 	}
-	if !l.rts {
+	if l.req == nil {
 		d.mu.Unlock()
 		return l.protocolError(fmt.Errorf("%w: %s before RTS", errProtocol, f.op))
 	}
-	head := qp.SendHead()
-	dist := f.psn.sub(l.psnOf(head))
-	if dist < 0 || head+uint64(dist) >= l.next {
+	p := rcproto.Packet{Op: rcproto.Opcode(f.op), Seg: rcproto.SegOnly, PSN: f.psn, Syn: rcproto.Syndrome(f.syndrome),
+		RNRTimer: f.rnrTimer, Len: f.length, Value: f.compare}
+	// Entries posted meanwhile first: the engine knows only what it was given.
+	if !l.postLocked() {
 		d.mu.Unlock()
-		return l.protocolError(fmt.Errorf("%w: %s for PSN %#x, outstanding from %#x", errProtocol, f.op, uint32(f.psn), uint32(l.psnOf(head))))
+		return errStopped
 	}
-	seq := head + uint64(dist)
-	last := seq // entries before last are implicitly acknowledged
-	if f.op == opAck {
-		last = seq + 1
-	}
-	for qp.SendHead() < last {
-		if e := qp.SendEntry(qp.SendHead()); e.WR.Opcode == verbs.OpRead || e.WR.Opcode.IsAtomic() {
-			d.mu.Unlock()
-			return l.protocolError(fmt.Errorf("%w: %s acknowledged without its response", errProtocol, e.WR.Opcode))
-		}
-		if !l.completeLocked() {
-			d.mu.Unlock()
-			return errStopped
-		}
-	}
-	e := qp.SendEntry(seq)
-	switch f.op {
-	case opNak:
-		if f.syndrome != synRNR {
-			l.failHeadLocked(nakStatus(f.syndrome))
-			d.mu.Unlock()
-			return errStopped
-		}
-		if seq != l.rnrSeq {
-			l.rnrSeq, l.rnrCount = seq, 0
-		}
-		if r := d.rnrRetry; r != 7 && l.rnrCount >= int(r) {
-			l.failHeadLocked(verbs.StatusRNRRetryExceeded)
-			d.mu.Unlock()
-			return errStopped
-		}
-		l.rnrCount++
-		l.next = seq // go back: the responder dropped everything after
-		l.paused, l.probe, l.probeSeq = true, true, seq
-		l.rnr.Reset(verbs.RNRTimerDuration(f.rnrTimer))
-	case opReadResp:
-		if e.WR.Opcode != verbs.OpRead || int(f.length) != e.Len {
-			d.mu.Unlock()
-			return l.protocolError(fmt.Errorf("%w: READ_RESP of %d bytes for %s of %d", errProtocol, f.length, e.WR.Opcode, e.Len))
-		}
+	now := l.now()
+	place, ok := l.applyLocked(l.req.Step(&p, now))
+	if !ok {
 		d.mu.Unlock()
-		// Only this goroutine completes entries, and a transition that
-		// flushes them waits for it: e stays ours while we read.
-		if err := l.readInto(e.Local, e.Len); err != nil {
-			return err
-		}
-		d.mu.Lock()
-		if l.detached || l.stopped || !l.completeLocked() {
-			d.mu.Unlock()
-			return errStopped
-		}
-	case opAtomicResp:
-		if !e.WR.Opcode.IsAtomic() {
-			d.mu.Unlock()
-			return l.protocolError(fmt.Errorf("%w: ATOMIC_RESP for %s", errProtocol, e.WR.Opcode))
-		}
-		if len(e.Local) == 1 && len(e.Local[0]) == 8 {
-			binary.LittleEndian.PutUint64(e.Local[0], f.compare)
-		}
-		if !l.completeLocked() {
-			d.mu.Unlock()
-			return errStopped
-		}
+		return errStopped
 	}
-	ok := l.advanceLocked()
+	if place.Kind == 0 {
+		d.mu.Unlock()
+		return l.discard(pay)
+	}
+	// Only this goroutine completes entries, and a transition that flushes
+	// them waits for it: the entry stays ours while we read.
+	e := l.qp.SendEntry(place.WR)
+	d.mu.Unlock()
+	if int(place.Off)+int(place.Len) != e.Len || pay != int(place.Len) {
+		return l.protocolError(fmt.Errorf("%w: READ_RESP of %d bytes for a READ of %d", errProtocol, pay, e.Len))
+	}
+	if err := l.readInto(e.Local, e.Len); err != nil {
+		return err
+	}
+	d.mu.Lock()
+	if l.detached || l.stopped {
+		d.mu.Unlock()
+		return errStopped
+	}
+	_, ok = l.applyLocked(l.req.Placed(l.now()))
 	d.mu.Unlock()
 	if !ok {
 		return errStopped
