@@ -138,6 +138,9 @@ type Event struct {
 }
 
 func (e Event) String() string {
+	if e.Dir == 0 {
+		return fmt.Sprintf("conn %d %s", e.Conn, e.Action)
+	}
 	return fmt.Sprintf("conn %d %s %s at %d", e.Conn, e.Action, e.Dir, e.At)
 }
 
