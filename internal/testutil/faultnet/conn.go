@@ -168,7 +168,7 @@ func (c *conn) pump(i int, src, dst *net.TCPConn) {
 			c.p.mu.Unlock()
 			dst.CloseWrite()
 			if both {
-				c.killAs(false, i, c.count(i), Ended)
+				c.killAs(false, i, c.count(i), Closed)
 			}
 			return
 		}

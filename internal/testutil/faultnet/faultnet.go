@@ -89,12 +89,13 @@ const (
 	Truncated  // a truncation limit was reached; the connection was closed
 	Ended      // a direction's source ended (EOF), forwarded as a half-close
 	Broken     // a read or write failed; the connection was closed
+	Closed     // both directions ended, or the proxy closed: the connection was closed
 )
 
 var actionNames = map[Action]string{
 	Stall: "stall", Resume: "resume", Reset: "reset", Drop: "drop", SetDelay: "delay", Refuse: "refuse",
 	Accepted: "accepted", Refused: "refused", DialFailed: "dial-failed", Truncated: "truncated",
-	Ended: "ended", Broken: "broken",
+	Ended: "ended", Broken: "broken", Closed: "closed",
 }
 
 func (a Action) String() string {
@@ -214,7 +215,7 @@ func (p *Proxy) Close() error {
 	p.broadcastLocked()
 	p.mu.Unlock()
 	for _, c := range conns {
-		c.kill(false, -1, 0)
+		c.killAs(false, -1, 0, Closed)
 	}
 	p.wg.Wait()
 	return nil

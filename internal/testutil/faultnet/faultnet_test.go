@@ -70,8 +70,13 @@ func (tg *target) accept(t *testing.T) *net.TCPConn {
 	}
 }
 
+// newProxy starts a proxy to tg; the test fails (the binary panics, with
+// stacks) if it is still running 20 s later.
 func newProxy(t *testing.T, tg *target) *Proxy {
 	t.Helper()
+	name := t.Name()
+	hang := time.AfterFunc(20*time.Second, func() { panic(name + ": hang") })
+	t.Cleanup(func() { hang.Stop() })
 	p, err := New(tg.ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)
