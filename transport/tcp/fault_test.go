@@ -542,6 +542,7 @@ type faultCase struct {
 	o      opts
 	size   int                          // bytes per work request (0: wlSize)
 	bidir  bool                         // b writes to a meanwhile (byte positions then approximate)
+	slow   bool                         // a second or more: -short runs it for writes only
 	before func(fp *fpair)              // before the transitions to RTR (no warm-up then)
 	inject func(fp *fpair, w *workload) // after the warm-up, before posting
 	during func(fp *fpair, w *workload) // after posting
@@ -623,11 +624,11 @@ var faultCases = []faultCase{
 		want: verbs.StatusSuccess, maxOK: wlK},
 	{name: "delay-over", o: fastOpts, inject: func(fp *fpair, _ *workload) { fp.p.Delay(faultnet.Both, 2*time.Second) },
 		want: verbs.StatusRetryExceeded, minEl: stallMin, maxEl: stallMax},
-	{name: "refuse-reset", o: fastOpts, before: func(fp *fpair) { fp.p.Refuse(faultnet.RefuseReset) },
+	{name: "refuse-reset", slow: true, o: fastOpts, before: func(fp *fpair) { fp.p.Refuse(faultnet.RefuseReset) },
 		want: verbs.StatusRetryExceeded, minEl: connMin, maxEl: connMax},
-	{name: "refuse-closed", o: fastOpts, before: func(fp *fpair) { fp.p.Refuse(faultnet.RefuseClosed) },
+	{name: "refuse-closed", slow: true, o: fastOpts, before: func(fp *fpair) { fp.p.Refuse(faultnet.RefuseClosed) },
 		want: verbs.StatusRetryExceeded, minEl: connMin, maxEl: connMax},
-	{name: "stall-connect", o: fastOpts, before: func(fp *fpair) { fp.p.Stall(faultnet.Both) },
+	{name: "stall-connect", slow: true, o: fastOpts, before: func(fp *fpair) { fp.p.Stall(faultnet.Both) },
 		want: verbs.StatusRetryExceeded, minEl: connMin, maxEl: connMax},
 	// The handshake cut: the dialer's hello (Up is always the dialer's
 	// direction) or the acceptor's answer.
@@ -638,7 +639,7 @@ var faultCases = []faultCase{
 	// the dialer's retries are all turned away: the pair fails, cleanly
 	// (fault_bugs_test.go has the case that expects it to recover). The acceptor sees the end at
 	// once; a requester that dials retries until the connect limit.
-	{name: "drop-hello-accept", o: fastOpts, before: func(fp *fpair) {
+	{name: "drop-hello-accept", slow: true, o: fastOpts, before: func(fp *fpair) {
 		fp.p.Schedule(faultnet.Step{Conn: 0, On: faultnet.Down, After: fHelloLen / 2, Action: faultnet.Drop})
 	}, want: verbs.StatusRetryExceeded, maxEl: connMax},
 	{name: "refuse-transient", o: opts{timeout: 17, retry: 7}, before: func(fp *fpair) { fp.p.Refuse(faultnet.RefuseClosed) },
@@ -664,6 +665,10 @@ var knownBugs = map[string]string{
 	"reset-mid-large/writeimm": lostRecvBug,
 	"reset-mid-bidir/send":     lostRecvBug,
 	"reset-mid-bidir/writeimm": lostRecvBug,
+	// Timing-dependent here: the reset strikes at b's first response,
+	// which usually leaves after b has read every request, not always.
+	"reset-responses/send":     lostRecvBug,
+	"reset-responses/writeimm": lostRecvBug,
 }
 
 const lostRecvBug = "a receive taken by a SEND or WRITE_IMM whose payload never arrives whole is never completed, " +
@@ -675,6 +680,9 @@ func TestFault(t *testing.T) {
 		for _, op := range opKinds {
 			name := c.name + "/" + op.String()
 			t.Run(name, func(t *testing.T) {
+				if testing.Short() && c.slow && op != opkWrite {
+					t.Skip("-short: slow connect cases run for writes only")
+				}
 				if bug, ok := knownBugs[name]; ok {
 					t.Logf("known bug, checked strictly with -tags faultbugs: %s", bug)
 					runFault(t, c, op, true)
