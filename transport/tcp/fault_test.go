@@ -81,6 +81,8 @@ type fpair struct {
 	respDir faultnet.Dir // b → a (b's responses)
 	reqBase int64        // bytes forwarded before the faults: hellos + warm-up
 	rspBase int64
+	aDest   []byte // the addresses each side was given
+	bDest   []byte
 }
 
 // newFaultPair connects a and b through a new proxy; before, if not nil,
@@ -112,11 +114,36 @@ func newFaultPair(t *testing.T, o opts, before func(*faultnet.Proxy)) *fpair {
 	if before != nil {
 		before(p)
 	}
-	a.toRTR(aDest, b.qp.Num(), b.psn, o)
-	a.toRTS(o)
-	b.toRTR(bDest, a.qp.Num(), a.psn, o)
-	b.toRTS(o)
+	fp.aDest, fp.bDest = aDest, bDest
+	fp.connect()
 	return fp
+}
+
+// connect moves a, then b, from INIT to RTS through the proxy.
+func (fp *fpair) connect() {
+	fp.t.Helper()
+	a, b, o := fp.a, fp.b, fp.o
+	a.toRTR(fp.aDest, b.qp.Num(), b.psn, o)
+	a.toRTS(o)
+	b.toRTR(fp.bDest, a.qp.Num(), a.psn, o)
+	b.toRTS(o)
+}
+
+// reconnect takes both QPs through RESET and INIT back to RTS, with new
+// PSNs; the dialer dials the proxy again.
+func (fp *fpair) reconnect() {
+	fp.t.Helper()
+	for _, e := range []*end{fp.a, fp.b} {
+		if err := e.qp.Modify(verbs.QPAttr{State: verbs.QPReset}); err != nil {
+			fp.t.Fatal(err)
+		}
+		if err := e.qp.Modify(verbs.QPAttr{State: verbs.QPInit, Port: 1,
+			AccessFlags: verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic}); err != nil {
+			fp.t.Fatal(err)
+		}
+		e.psn = verbs.RandomPSN()
+	}
+	fp.connect()
 }
 
 // warmup runs one write through the proxy and records the byte counts
@@ -769,4 +796,81 @@ func runFault(t *testing.T, c faultCase, op opKind, lostRecvOK bool) {
 		w.recvDone(0) // every receive has a completion
 	}
 	t.Logf("%v after %v; forwarded after the warm-up %d bytes a→b, %d b→a; proxy events %v", statuses(wcs), el.Round(time.Millisecond), req, rsp, fp.p.Events())
+}
+
+// A stall while the requester is in its RNR loop (a send without a
+// receive, rnr_retry 7: forever) still ends in RetryExceeded: the RNR
+// wait must not keep the watchdog from firing.
+func TestFaultStallDuringRNR(t *testing.T) {
+	bound(t, 30*time.Second)
+	fp := newFaultPair(t, opts{timeout: 13, retry: 3, rnrRetry: 7, minRNR: 1}, nil)
+	fp.warmup()
+	a, b := fp.a, fp.b
+	a.post(verbs.SendWR{ID: 0, Opcode: verbs.OpSend, Flags: verbs.SendSignaled, SGL: sgl(a.mr, 0, 64)},
+		verbs.SendWR{ID: 1, Opcode: verbs.OpWrite, Flags: verbs.SendSignaled, SGL: sgl(a.mr, 0, 64), RemoteAddr: b.mr.Addr() + 4096, RKey: b.mr.RKey()})
+	a.noCompletion(a.scq, 50*time.Millisecond) // RNR NAKs and retries go round
+	if fp.p.Forwarded(0, fp.respDir) <= fp.rspBase {
+		t.Fatal("no RNR NAK went through")
+	}
+	fp.p.Stall(faultnet.Both)
+	start := time.Now()
+	wcs := a.waitCQ(a.scq, 2, fp.stallLimit()*3/2+slack())
+	el := time.Since(start)
+	expect(t, wcs[0], verbs.StatusRetryExceeded)
+	expect(t, wcs[1], verbs.StatusWRFlush)
+	if max := fp.stallLimit()*3/2 + slack(); el > max {
+		t.Errorf("RetryExceeded after %v, later than %v", el, max)
+	}
+	a.waitState(verbs.QPError, 2*time.Second)
+	t.Logf("stall during the RNR loop: RetryExceeded after %v (limit %v)", el, fp.stallLimit())
+}
+
+// With Timeout 0 a stalled connection never times out (doc.go: "never
+// when Timeout is 0"); its end still fails the work request.
+func TestFaultStallNoTimeout(t *testing.T) {
+	bound(t, 30*time.Second)
+	fp := newFaultPair(t, fastOpts, nil) // 134 ms, until Timeout becomes 0
+	fp.warmup()
+	a, b := fp.a, fp.b
+	if err := a.qp.Modify(verbs.QPAttr{State: verbs.QPRTS, Timeout: 0, RetryCount: 3, RNRRetry: 7}); err != nil {
+		t.Fatal(err)
+	}
+	fp.p.Stall(faultnet.Both)
+	a.post(verbs.SendWR{ID: 0, Opcode: verbs.OpWrite, Flags: verbs.SendSignaled, SGL: sgl(a.mr, 0, 64), RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
+	a.noCompletion(a.scq, 500*time.Millisecond) // well past 134 ms × 5/4
+	fp.p.Reset()
+	start := time.Now()
+	expect(t, a.waitCQ(a.scq, 1, 2*time.Second)[0], verbs.StatusRetryExceeded)
+	a.waitState(verbs.QPError, 2*time.Second)
+	t.Logf("Timeout 0: no completion while stalled; RetryExceeded %v after the reset", time.Since(start))
+}
+
+// After a fault both QPs recover through RESET: the dialer dials the
+// proxy again and traffic flows on the new connection.
+func TestFaultRecover(t *testing.T) {
+	bound(t, 30*time.Second)
+	o := opts{timeout: 18, retry: 3, mrSize: wlMem(wlSize)}
+	fp := newFaultPair(t, o, nil)
+	fp.warmup()
+	w := newWorkload(fp, opkWrite, wlSize)
+	scheduleMid(faultnet.Reset)(fp, w)
+	fp.a.post(w.wrs()...)
+	wcs := fp.a.waitCQ(fp.a.scq, wlK, 5*time.Second)
+	if ok := w.checkStatuses(wcs, verbs.StatusRetryExceeded); ok == wlK {
+		t.Fatal("every write succeeded despite the reset")
+	}
+	fp.reconnect()
+	a, b := fp.a, fp.b
+	pattern(a.mr.Bytes()[:4096], 7)
+	a.post(verbs.SendWR{ID: 1, Opcode: verbs.OpWrite, Flags: verbs.SendSignaled, SGL: sgl(a.mr, 0, 4096), RemoteAddr: b.mr.Addr() + 8, RKey: b.mr.RKey()},
+		verbs.SendWR{ID: 2, Opcode: verbs.OpRead, Flags: verbs.SendSignaled, SGL: sgl(a.mr, 8192, 4096), RemoteAddr: b.mr.Addr() + 8, RKey: b.mr.RKey()})
+	for _, wc := range a.waitCQ(a.scq, 2, 5*time.Second) {
+		expect(t, wc, verbs.StatusSuccess)
+	}
+	if !bytes.Equal(a.mr.Bytes()[:4096], b.mr.Bytes()[8:8+4096]) || !bytes.Equal(a.mr.Bytes()[:4096], a.mr.Bytes()[8192:8192+4096]) {
+		t.Fatal("data differs after reconnecting")
+	}
+	if n := fp.p.Conns(); n != 2 {
+		t.Fatalf("%d connections through the proxy, want 2", n)
+	}
 }
