@@ -8,6 +8,9 @@
 //   - Truncate: forward n more bytes in a direction, then close both legs.
 //   - Reset: close both legs with SO_LINGER 0, so both ends see an RST.
 //   - Drop: close both legs at once (FIN), discarding what is in flight.
+//     Drop and Truncate close plainly; Linux then sends an RST instead of
+//     a FIN on a leg whose socket still holds unread data, so a peer may
+//     see a reset there too.
 //   - Delay: sleep before forwarding each chunk read in a direction.
 //   - Refuse: new connections are reset as soon as they are accepted
 //     (RefuseReset), or the listener is closed so that dials get
