@@ -543,6 +543,24 @@ func (r *Requester) ackUpTo(upto PSN, now time.Duration) bool {
 	return true
 }
 
+// Retune applies the attributes an RTS → RTS transition may change: the
+// local ACK timeout, retry_cnt and rnr_retry. A running ACK timer restarts
+// with the new timeout (none when it is 0, the infinite timeout).
+func (r *Requester) Retune(timeout, retryCount, rnrRetry uint8, now time.Duration) []Action {
+	r.acts = r.acts[:0]
+	r.cfg.Timeout, r.cfg.RetryCount, r.cfg.RNRRetry = timeout, retryCount, rnrRetry
+	r.ackTO = TimeoutDuration(timeout)
+	r.retries = int(retryCount)
+	if r.ackAt != 0 || (r.ackTO > 0 && r.outstanding() && !r.rnrWait) {
+		r.ackAt = 0
+		if r.ackTO > 0 && r.outstanding() && !r.rnrWait {
+			r.ackAt = now + r.ackTO
+		}
+	}
+	r.timer()
+	return r.acts
+}
+
 // progress restarts the ACK timeout after forward progress.
 func (r *Requester) progress(now time.Duration) {
 	r.retries = int(r.cfg.RetryCount)

@@ -7,7 +7,8 @@ package tcp
 //	go test -tags faultbugs -run TestFaultBugs ./transport/tcp/
 //
 // They are the knownBugs of fault_test.go (run there with the failing
-// check relaxed to a log line) and bugCases below (not run by default).
+// check relaxed to a log line; none today) and bugCases below (not run by
+// default): robustness the transport does not have yet.
 // Goroutines: as in fault_test.go.
 
 import (

@@ -103,6 +103,8 @@ func (d *qpDriver) Modify(from, to verbs.QPState, attr *verbs.QPAttr) error {
 		d.mu.Lock()
 		if l := d.link; l != nil && from == verbs.QPRTR && l.req == nil {
 			l.startLocked(attr)
+		} else if l != nil && from == verbs.QPRTS && l.req != nil {
+			l.applyLocked(l.req.Retune(attr.Timeout, attr.RetryCount, attr.RNRRetry, l.now()))
 		}
 		d.state = to
 		d.mu.Unlock()
