@@ -142,10 +142,18 @@ func (c *conn) pump(i int, src, dst *net.TCPConn) {
 				return
 			}
 			k := c.allowance(i, len(data))
-			w, werr := dst.Write(data[:k])
+			// Count the bytes before they can arrive, so that a test that
+			// has read them sees them counted (Forwarded, and the base of
+			// Truncate); take back what the write did not deliver.
 			c.p.mu.Lock()
-			c.fwd[i] += int64(w)
+			c.fwd[i] += int64(k)
 			c.p.mu.Unlock()
+			w, werr := dst.Write(data[:k])
+			if w < k {
+				c.p.mu.Lock()
+				c.fwd[i] -= int64(k - w)
+				c.p.mu.Unlock()
+			}
 			if werr != nil {
 				c.killAs(false, i, c.count(i), Broken)
 				return
