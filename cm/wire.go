@@ -35,7 +35,7 @@ const (
 	maxFrame = 2048
 
 	protoMagic   = 0x524b434d // "RKCM"
-	protoVersion = 1
+	protoVersion = 2          // 2: internal/frame header (uint32 payload length, then type)
 )
 
 // Message types.

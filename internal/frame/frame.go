@@ -90,7 +90,7 @@ func limitOf(n int) int {
 		return DefaultLimit
 	}
 	if uint64(n) > MaxLimit {
-		return MaxLimit
+		return int(uint64(MaxLimit) & uint64(math.MaxInt)) // MaxLimit where an int holds it
 	}
 	return n
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"os"
 	"runtime"
@@ -354,7 +355,11 @@ func TestDeadlineResume(t *testing.T) {
 }
 
 func TestPutHeaderPanics(t *testing.T) {
-	for _, n := range []int{-1, MaxLimit + 1} {
+	ns := []int{-1}
+	if over := uint64(MaxLimit) + 1; uint64(math.MaxInt) >= over {
+		ns = append(ns, int(over))
+	}
+	for _, n := range ns {
 		func() {
 			defer func() {
 				if recover() == nil {
