@@ -82,7 +82,7 @@ func (r *Reader) Next() (typ byte, payload []byte, err error) {
 			if r.nh == 0 && err == io.EOF {
 				return 0, nil, io.EOF
 			}
-			return 0, nil, r.ended(err, fmt.Sprintf("after %d of %d header bytes", r.nh, HeaderLen))
+			return 0, nil, r.ended(err, -1, r.nh, HeaderLen)
 		}
 	}
 	typ = r.hdr[4]
@@ -105,7 +105,7 @@ func (r *Reader) Next() (typ byte, payload []byte, err error) {
 		n, err := io.ReadFull(r.src, r.buf[r.np:room])
 		r.np += n
 		if err != nil {
-			return 0, nil, r.ended(err, fmt.Sprintf("after %d of %d payload bytes (type %d)", r.np, want, typ))
+			return 0, nil, r.ended(err, int(typ), r.np, want)
 		}
 	}
 	r.nh, r.np = 0, 0
@@ -115,12 +115,17 @@ func (r *Reader) Next() (typ byte, payload []byte, err error) {
 	return typ, r.buf[:want:want], nil
 }
 
-// ended turns an end of stream inside a frame into a sticky ErrTruncated
-// error and passes any other error through, keeping the frame's progress.
-func (r *Reader) ended(err error, where string) error {
+// ended turns an end of stream inside a frame (in its header if typ < 0)
+// into a sticky ErrTruncated error and passes any other error through,
+// keeping the frame's progress.
+func (r *Reader) ended(err error, typ, got, want int) error {
 	if err != io.EOF && !errors.Is(err, io.ErrUnexpectedEOF) {
 		return err
 	}
-	r.err = fmt.Errorf("%w: stream ended %s: %w", ErrTruncated, where, io.ErrUnexpectedEOF)
+	if typ < 0 {
+		r.err = fmt.Errorf("%w: stream ended after %d of %d header bytes: %w", ErrTruncated, got, want, io.ErrUnexpectedEOF)
+	} else {
+		r.err = fmt.Errorf("%w: stream ended after %d of %d payload bytes (type %d): %w", ErrTruncated, got, want, typ, io.ErrUnexpectedEOF)
+	}
 	return r.err
 }
