@@ -7,9 +7,11 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -600,8 +602,8 @@ func TestGarbage(t *testing.T) {
 	l := listen(t, ListenOptions{Options: Options{Device: dev}, OnHandshakeError: func(err error) { hs <- err }})
 	for _, junk := range [][]byte{
 		[]byte("GET / HTTP/1.0\r\n\r\n"),
-		{0, 5, msgRequest, 1, 2, 3, 4},
-		{0, 1, msgReady},
+		{0, 0, 0, 4, msgRequest, 1, 2, 3, 4},
+		{0, 0, 0, 0, msgReady},
 	} {
 		c, err := net.Dial("tcp", l.Addr().String())
 		if err != nil {
@@ -765,5 +767,42 @@ func TestListenerCloseDuringHandshake(t *testing.T) {
 	var rej *RejectError
 	if !errors.As(err, &rej) || rej.Code != RejectBusy || rej.Reason != ErrListenerClosed.Error() {
 		t.Errorf("Dial cut short by Listener.Close: %v", err)
+	}
+}
+
+// A dialer that claims a 256 MiB request is rejected at once, with the
+// reason, and the listener allocates nothing for it.
+func TestListenerRefusesHugeFrame(t *testing.T) {
+	dev := devices(t)[0]
+	leakCheck(t)
+	hs := make(chan error, 1)
+	l := listen(t, ListenOptions{Options: Options{Device: dev}, OnHandshakeError: func(err error) { hs <- err }})
+	c, err := net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	before := ms.TotalAlloc
+	if _, err := c.Write([]byte{0x10, 0, 0, 0, msgRequest}); err != nil {
+		t.Fatal(err)
+	}
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	reply, err := io.ReadAll(c)
+	runtime.ReadMemStats(&ms)
+	grew := ms.TotalAlloc - before
+	if err != nil {
+		t.Errorf("the listener kept the connection open: %v", err)
+	}
+	const want = "268435456-byte frame exceeds the 2048-byte limit"
+	if !bytes.Contains(reply, []byte(want)) {
+		t.Errorf("reject %q does not say why", reply)
+	}
+	if err := <-hs; !errors.Is(err, ErrProtocol) || !strings.Contains(err.Error(), want) {
+		t.Errorf("listener reported %v", err)
+	}
+	if grew > 16<<20 {
+		t.Errorf("the listener allocated %d bytes because a dialer claimed a 256 MiB frame", grew)
 	}
 }

@@ -26,6 +26,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rdmakit/rdmakit/internal/frame"
 	"github.com/rdmakit/rdmakit/verbs"
 )
 
@@ -48,6 +49,7 @@ type Conn struct {
 	// and the disconnect); the reader alone reads it.
 	wmu sync.Mutex
 	ctl net.Conn
+	fr  *frame.Reader // ctl's frames, for the reader goroutine
 
 	// sdMu is held for the whole of shutdown, so that Close cannot destroy
 	// the QP while another goroutine is moving it to ERROR.
@@ -70,6 +72,7 @@ func newConn(res *resources, ctl net.Conn, o *Options, peer *msg) *Conn {
 	return &Conn{
 		res:         res,
 		ctl:         ctl,
+		fr:          frame.NewReader(ctl, maxFrame),
 		localPriv:   append([]byte(nil), o.PrivateData...),
 		remotePriv:  peer.priv,
 		peerTimeout: pt,
@@ -95,7 +98,7 @@ func (c *Conn) reader() {
 			c.ctl.SetReadDeadline(time.Now().Add(c.peerTimeout))
 		}
 		c.mu.Unlock()
-		m, err := readMsg(c.ctl)
+		m, err := nextMsg(c.fr)
 		if err != nil {
 			if c.Err() != nil {
 				return // drained after this side's disconnect, or already ended

@@ -54,13 +54,15 @@
 //
 // # Wire format
 //
-// Every message is a frame: a big-endian uint16 length of the rest (1 to
-// 2048), a type byte, and the fields below (integers big-endian; str8 and
-// bytes8 are a uint8 length and that many bytes, bytes16 a uint16 length).
-// Decoding is strict: short or trailing bytes, out-of-range values and
-// unknown types are errors (ErrProtocol), never panics.
+// Every message is a frame (internal/frame): a big-endian uint32 length of
+// the payload (0 to 2048; a larger claim is refused before anything is
+// read or allocated for it), a type byte, and the payload: the fields
+// below (integers big-endian; str8 and bytes8 are a uint8 length and that
+// many bytes, bytes16 a uint16 length). Decoding is strict: short or
+// trailing bytes, out-of-range values and unknown types are errors
+// (ErrProtocol), never panics.
 //
-//	1 Request     magic uint32 "RKCM", version uint8 (1), transport str8,
+//	1 Request     magic uint32 "RKCM", version uint8 (2), transport str8,
 //	              device str8, then the Accept fields
 //	2 Accept      QPN uint32 (24 bits), PSN uint32 (24 bits), MTU uint8
 //	              (1..5), PeerTimeout uint32 ms (> 0), address bytes16

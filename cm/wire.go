@@ -1,16 +1,19 @@
 package cm
 
-// No goroutines: encoding and decoding of handshake and control messages.
-// readMsg and writeMsg are called by whichever goroutine owns the
-// connection at the time (Dial's caller, a Listener handshake goroutine, a
-// Conn's reader and heartbeat goroutines under Conn.wmu).
+// No goroutines: encoding and decoding of handshake and control messages,
+// framed by internal/frame. readMsg and writeMsg are called by whichever
+// goroutine owns the connection at the time (Dial's caller, a Listener
+// handshake goroutine, a Conn's reader and heartbeat goroutines under
+// Conn.wmu); nextMsg by a Conn's reader goroutine with its own
+// frame.Reader.
 
 import (
-	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"unicode/utf8"
 
+	"github.com/rdmakit/rdmakit/internal/frame"
 	"github.com/rdmakit/rdmakit/verbs"
 )
 
@@ -26,11 +29,13 @@ const (
 	maxAddress = 1024
 	// maxName bounds transport and device names.
 	maxName = 64
-	// maxFrame bounds the length field of a frame.
+	// maxFrame bounds the payload of a frame, read or written. The
+	// largest message, a request, is 4+1+1+maxName+1+maxName+4+4+1+4+
+	// 2+maxAddress+1+MaxPrivateData = 1371 bytes.
 	maxFrame = 2048
 
 	protoMagic   = 0x524b434d // "RKCM"
-	protoVersion = 1
+	protoVersion = 2          // 2: internal/frame header (uint32 payload length, then type)
 )
 
 // Message types.
@@ -64,22 +69,18 @@ type msg struct {
 	reason string
 }
 
-// encode returns the frame: a big-endian uint16 length of what follows,
-// the type byte, and the body.
+// encode returns the frame (internal/frame: header, then the payload).
 func (m *msg) encode() ([]byte, error) {
-	b := make([]byte, 2, 64+len(m.addr)+len(m.priv)+len(m.transport)+len(m.device)+len(m.reason))
-	b = append(b, m.typ)
+	b := make([]byte, frame.HeaderLen, frame.HeaderLen+64+len(m.addr)+len(m.priv)+len(m.transport)+len(m.device)+len(m.reason))
 	switch m.typ {
 	case msgRequest:
 		if len(m.transport) > maxName || len(m.device) > maxName {
 			return nil, fmt.Errorf("%w: transport or device name over %d bytes", ErrProtocol, maxName)
 		}
-		b = binary.BigEndian.AppendUint32(b, protoMagic)
+		b = frame.AppendUint32(b, protoMagic)
 		b = append(b, m.version)
-		b = append(b, uint8(len(m.transport)))
-		b = append(b, m.transport...)
-		b = append(b, uint8(len(m.device)))
-		b = append(b, m.device...)
+		b = frame.AppendString8(b, m.transport)
+		b = frame.AppendString8(b, m.device)
 		fallthrough
 	case msgAccept:
 		if len(m.addr) > maxAddress {
@@ -88,26 +89,23 @@ func (m *msg) encode() ([]byte, error) {
 		if len(m.priv) > MaxPrivateData {
 			return nil, fmt.Errorf("%w: %d bytes (max %d)", ErrPrivateDataTooLong, len(m.priv), MaxPrivateData)
 		}
-		b = binary.BigEndian.AppendUint32(b, m.qpn)
-		b = binary.BigEndian.AppendUint32(b, m.psn)
+		b = frame.AppendUint32(b, m.qpn)
+		b = frame.AppendUint32(b, m.psn)
 		b = append(b, uint8(m.mtu))
-		b = binary.BigEndian.AppendUint32(b, m.peerTimeoutMs)
-		b = binary.BigEndian.AppendUint16(b, uint16(len(m.addr)))
-		b = append(b, m.addr...)
-		b = append(b, uint8(len(m.priv)))
-		b = append(b, m.priv...)
+		b = frame.AppendUint32(b, m.peerTimeoutMs)
+		b = frame.AppendBytes16(b, m.addr)
+		b = frame.AppendBytes8(b, m.priv)
 	case msgReject:
-		r := truncateReason(m.reason)
-		b = append(b, uint8(m.code), uint8(len(r)))
-		b = append(b, r...)
+		b = append(b, uint8(m.code))
+		b = frame.AppendString8(b, truncateReason(m.reason))
 	case msgReady, msgHeartbeat, msgDisconnect:
 	default:
 		return nil, fmt.Errorf("%w: unknown message type %d", ErrProtocol, m.typ)
 	}
-	if len(b)-2 > maxFrame {
-		return nil, fmt.Errorf("%w: frame of %d bytes", ErrProtocol, len(b)-2)
+	if n := len(b) - frame.HeaderLen; n > maxFrame {
+		return nil, fmt.Errorf("%w: %w", ErrProtocol, &frame.SizeError{Size: uint64(n), Limit: maxFrame, Type: m.typ, Write: true})
 	}
-	binary.BigEndian.PutUint16(b, uint16(len(b)-2))
+	frame.PutHeader(b, m.typ, len(b)-frame.HeaderLen)
 	return b, nil
 }
 
@@ -123,83 +121,43 @@ func truncateReason(s string) string {
 	return s
 }
 
-// decoder reads fields off a body; the first short read sets bad.
-type decoder struct {
-	b   []byte
-	bad bool
-}
-
-func (d *decoder) take(n int) []byte {
-	if d.bad || n > len(d.b) {
-		d.bad = true
+// clone copies b (so that a message never aliases a read buffer); empty
+// is nil.
+func clone(b []byte) []byte {
+	if len(b) == 0 {
 		return nil
 	}
-	v := d.b[:n:n]
-	d.b = d.b[n:]
-	return v
+	return append([]byte(nil), b...)
 }
 
-func (d *decoder) u8() uint8 {
-	if v := d.take(1); v != nil {
-		return v[0]
-	}
-	return 0
-}
-
-func (d *decoder) u16() uint16 {
-	if v := d.take(2); v != nil {
-		return binary.BigEndian.Uint16(v)
-	}
-	return 0
-}
-
-func (d *decoder) u32() uint32 {
-	if v := d.take(4); v != nil {
-		return binary.BigEndian.Uint32(v)
-	}
-	return 0
-}
-
-// bytes copies n bytes (so a message never aliases a read buffer).
-func (d *decoder) bytes(n int) []byte {
-	v := d.take(n)
-	if v == nil || n == 0 {
-		return nil
-	}
-	return append([]byte(nil), v...)
-}
-
-// decodeMsg parses a frame body (type byte and fields, without the length).
-// It never panics; anything malformed is an ErrProtocol error.
-func decodeMsg(body []byte) (*msg, error) {
-	d := &decoder{b: body}
-	m := &msg{typ: d.u8()}
-	if d.bad {
-		return nil, fmt.Errorf("%w: empty message", ErrProtocol)
-	}
+// decodeMsg parses the payload of a frame of type typ. It never panics;
+// anything malformed is an ErrProtocol error.
+func decodeMsg(typ byte, p []byte) (*msg, error) {
+	d := frame.NewDecoder(p)
+	m := &msg{typ: typ}
 	switch m.typ {
 	case msgRequest:
-		if magic := d.u32(); d.bad || magic != protoMagic {
+		if magic := d.Uint32(); d.Err() != nil || magic != protoMagic {
 			return nil, fmt.Errorf("%w: not an rdmakit cm request (bad magic)", ErrProtocol)
 		}
-		m.version = d.u8()
-		if !d.bad && m.version != protoVersion {
+		m.version = d.Uint8()
+		if d.Err() == nil && m.version != protoVersion {
 			return nil, fmt.Errorf("%w: protocol version %d (this side speaks %d)", ErrProtocol, m.version, protoVersion)
 		}
-		m.transport = string(d.take(int(d.u8())))
-		m.device = string(d.take(int(d.u8())))
+		m.transport = d.String8()
+		m.device = d.String8()
 		if len(m.transport) > maxName || len(m.device) > maxName {
 			return nil, fmt.Errorf("%w: transport or device name over %d bytes", ErrProtocol, maxName)
 		}
 		fallthrough
 	case msgAccept:
-		m.qpn = d.u32()
-		m.psn = d.u32()
-		m.mtu = verbs.MTU(d.u8())
-		m.peerTimeoutMs = d.u32()
-		m.addr = d.bytes(int(d.u16()))
-		m.priv = d.bytes(int(d.u8()))
-		if d.bad {
+		m.qpn = d.Uint32()
+		m.psn = d.Uint32()
+		m.mtu = verbs.MTU(d.Uint8())
+		m.peerTimeoutMs = d.Uint32()
+		m.addr = clone(d.Bytes16())
+		m.priv = clone(d.Bytes8())
+		if d.Err() != nil {
 			break
 		}
 		if m.mtu.Bytes() == 0 {
@@ -218,45 +176,42 @@ func decodeMsg(body []byte) (*msg, error) {
 			return nil, fmt.Errorf("%w: %w: %d bytes (max %d)", ErrProtocol, ErrPrivateDataTooLong, len(m.priv), MaxPrivateData)
 		}
 	case msgReject:
-		m.code = RejectCode(d.u8())
-		m.reason = string(d.take(int(d.u8())))
-		if !d.bad && len(m.reason) > MaxRejectReason {
+		m.code = RejectCode(d.Uint8())
+		m.reason = d.String8()
+		if d.Err() == nil && len(m.reason) > MaxRejectReason {
 			return nil, fmt.Errorf("%w: reject reason of %d bytes (max %d)", ErrProtocol, len(m.reason), MaxRejectReason)
 		}
 	case msgReady, msgHeartbeat, msgDisconnect:
 	default:
 		return nil, fmt.Errorf("%w: unknown message type %d", ErrProtocol, m.typ)
 	}
-	if d.bad {
-		return nil, fmt.Errorf("%w: truncated message (type %d)", ErrProtocol, m.typ)
-	}
-	if len(d.b) != 0 {
-		return nil, fmt.Errorf("%w: %d trailing bytes after message type %d", ErrProtocol, len(d.b), m.typ)
+	if err := d.Finish(); err != nil {
+		return nil, fmt.Errorf("%w: message type %d: %w", ErrProtocol, m.typ, err)
 	}
 	return m, nil
 }
 
-// readMsg reads one frame from r.
+// readMsg reads one message from r. The frame.Reader it uses reads
+// nothing past the frame, so handshakes can call it message by message.
 func readMsg(r io.Reader) (*msg, error) {
-	var hdr [2]byte
-	if _, err := io.ReadFull(r, hdr[:]); err != nil {
-		return nil, err
-	}
-	n := int(binary.BigEndian.Uint16(hdr[:]))
-	if n == 0 || n > maxFrame {
-		return nil, fmt.Errorf("%w: frame length %d", ErrProtocol, n)
-	}
-	body := make([]byte, n)
-	if _, err := io.ReadFull(r, body); err != nil {
-		if err == io.EOF {
-			err = io.ErrUnexpectedEOF
+	return nextMsg(frame.NewReader(r, maxFrame))
+}
+
+// nextMsg reads one message from fr. A frame over maxFrame is an
+// ErrProtocol error, refused before anything is allocated for it; the end
+// of the stream inside a frame matches io.ErrUnexpectedEOF.
+func nextMsg(fr *frame.Reader) (*msg, error) {
+	typ, p, err := fr.Next()
+	if err != nil {
+		if errors.Is(err, frame.ErrTooLarge) {
+			return nil, fmt.Errorf("%w: %w", ErrProtocol, err)
 		}
 		return nil, err
 	}
-	return decodeMsg(body)
+	return decodeMsg(typ, p)
 }
 
-// writeMsg encodes m and writes it to w.
+// writeMsg encodes m and writes it to w in one Write.
 func writeMsg(w io.Writer, m *msg) error {
 	b, err := m.encode()
 	if err != nil {

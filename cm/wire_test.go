@@ -2,11 +2,14 @@ package cm
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
+	"io"
 	"reflect"
 	"strings"
 	"testing"
 
+	"github.com/rdmakit/rdmakit/internal/frame"
 	"github.com/rdmakit/rdmakit/verbs"
 )
 
@@ -37,14 +40,21 @@ func TestWireRoundTrip(t *testing.T) {
 		if !reflect.DeepEqual(got, m) {
 			t.Errorf("round trip of\n%+v\ngave\n%+v", m, got)
 		}
-		// Every truncation is an error, never a panic.
-		for i := 2; i < len(b); i++ {
-			if _, err := decodeMsg(b[2:i]); err == nil {
-				t.Errorf("type %d truncated to %d bytes decoded", m.typ, i)
+		// Every truncation is an error, never a panic: of the payload, and
+		// of the frame on the stream.
+		p := b[frame.HeaderLen:]
+		for i := range len(p) {
+			if _, err := decodeMsg(m.typ, p[:i]); !errors.Is(err, ErrProtocol) {
+				t.Errorf("type %d payload truncated to %d bytes: %v", m.typ, i, err)
 			}
 		}
-		if _, err := decodeMsg(append(b[2:len(b):len(b)], 0)); err == nil {
-			t.Errorf("type %d with a trailing byte decoded", m.typ)
+		for i := range len(b) {
+			if _, err := readMsg(bytes.NewReader(b[:i])); err == nil {
+				t.Errorf("type %d frame truncated to %d bytes decoded", m.typ, i)
+			}
+		}
+		if _, err := decodeMsg(m.typ, append(p[:len(p):len(p)], 0)); !errors.Is(err, ErrProtocol) || !errors.Is(err, frame.ErrTrailing) {
+			t.Errorf("type %d with a trailing byte: %v", m.typ, err)
 		}
 	}
 }
@@ -59,12 +69,12 @@ func TestWireLimits(t *testing.T) {
 	b, _ := m.encode()
 	b[len(b)-MaxPrivateData-1] = MaxPrivateData + 1
 	b = append(b, 0)
-	if _, err := decodeMsg(b[2:]); !errors.Is(err, ErrPrivateDataTooLong) {
+	if _, err := decodeMsg(msgAccept, b[frame.HeaderLen:]); !errors.Is(err, ErrPrivateDataTooLong) {
 		t.Errorf("decoding 197 bytes of private data: %v", err)
 	}
 	r := &msg{typ: msgReject, reason: strings.Repeat("é", 100)} // 200 bytes
 	b, _ = r.encode()
-	got, err := decodeMsg(b[2:])
+	got, err := decodeMsg(msgReject, b[frame.HeaderLen:])
 	if err != nil || len(got.reason) > MaxRejectReason || !strings.HasPrefix(r.reason, got.reason) || len(got.reason) != 148 {
 		t.Errorf("long reason sent as %q (%v)", got.reason, err)
 	}
@@ -75,17 +85,27 @@ func TestWireLimits(t *testing.T) {
 		{msgAccept, 0, 0, 0, 1, 0, 0, 0, 1, 5, 0, 0, 0, 0, 0, 0, 0}, // peer timeout 0
 		{msgAccept, 1, 0, 0, 1, 0, 0, 0, 1, 5, 0, 0, 0, 1, 0, 0, 0}, // QPN > 24 bits
 		{99},
-		{},
+		{msgRequest},
+		{msgReady, 0},
 	} {
-		if m, err := decodeMsg(bad); !errors.Is(err, ErrProtocol) {
+		if m, err := decodeMsg(bad[0], bad[1:]); !errors.Is(err, ErrProtocol) {
 			t.Errorf("decoding %x: %+v, %v", bad, m, err)
 		}
 	}
-	if _, err := readMsg(bytes.NewReader([]byte{0xff, 0xff})); !errors.Is(err, ErrProtocol) {
+	// Frames over maxFrame are refused, either way.
+	_, err = readMsg(bytes.NewReader([]byte{0xff, 0xff, 0xff, 0xff, msgRequest}))
+	if !errors.Is(err, ErrProtocol) || !errors.Is(err, frame.ErrTooLarge) || !strings.Contains(err.Error(), "4294967295-byte frame exceeds the 2048-byte limit") {
 		t.Errorf("oversized frame: %v", err)
 	}
-	if _, err := readMsg(bytes.NewReader([]byte{0, 0})); !errors.Is(err, ErrProtocol) {
-		t.Errorf("empty frame: %v", err)
+	_, err = readMsg(bytes.NewReader(append([]byte{0, 0, 8, 1, msgRequest}, make([]byte, maxFrame+1)...)))
+	if !errors.Is(err, frame.ErrTooLarge) {
+		t.Errorf("frame one byte over: %v", err)
+	}
+	if _, err := readMsg(bytes.NewReader([]byte{0, 0, 0, 0, msgRequest})); !errors.Is(err, ErrProtocol) {
+		t.Errorf("empty request: %v", err)
+	}
+	if _, err := readMsg(bytes.NewReader([]byte{0, 0, 0})); !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Errorf("cut header: %v", err)
 	}
 }
 
@@ -105,7 +125,7 @@ func FuzzDecode(f *testing.F) {
 		if err != nil {
 			t.Fatalf("decoded %+v does not encode: %v", m, err)
 		}
-		n := 2 + (int(b[0])<<8 | int(b[1]))
+		n := frame.HeaderLen + int(binary.BigEndian.Uint32(b))
 		if !bytes.Equal(out, b[:n]) {
 			t.Fatalf("re-encoding %x gave %x", b[:n], out)
 		}

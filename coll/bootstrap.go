@@ -112,7 +112,7 @@ func (r *root) accept() {
 		if err != nil {
 			return
 		}
-		go r.serve(newFrameConn(c))
+		go r.serve(newFrameConn(c, helloLimit)) // until the hello shows the nonce
 	}
 }
 
@@ -121,6 +121,10 @@ func (r *root) serve(fc *frameConn) {
 	fc.c.SetReadDeadline(time.Now().Add(r.helloTimeout))
 	typ, p, err := fc.read()
 	if err != nil || typ != msgHello {
+		if errors.Is(err, errFrame) {
+			// An oversized frame, refused unread: say so before hanging up.
+			fc.write(msgError, []byte("root: "+err.Error()))
+		}
 		fc.close()
 		return
 	}
@@ -169,6 +173,7 @@ func (r *root) serve(fc *frameConn) {
 		reject("rank %d joined twice", rank)
 		return
 	}
+	fc.setLimit(bootLimit(nranks)) // a member now: rank tables and setup rounds
 	// Report missing ranks before the most impatient rank gives up.
 	if dl := time.Now().Add(clientTimeout); clientTimeout > 0 && dl.Before(r.joinBy) {
 		r.joinBy = dl
@@ -267,7 +272,7 @@ func (r *root) finishLocked() {
 // xchg collects one rank's blobs of the current setup round and, once all
 // ranks have sent theirs, hands every rank the blobs addressed to it.
 func (r *root) xchg(rank int, p []byte) {
-	d := dec{b: p}
+	d := dec{b: bytes.Clone(p)} // the blobs outlive the read buffer
 	round := d.u32()
 	n := int(d.u32())
 	r.mu.Lock()
@@ -449,7 +454,7 @@ func joinRoot(ctx context.Context, addr string, nonce uint64, rank, nranks int, 
 		case <-ctx.Done():
 		}
 	}
-	fc := newFrameConn(c)
+	fc := newFrameConn(c, bootLimit(nranks))
 	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Now()) })
 	defer stop()
 	var e enc
@@ -533,6 +538,7 @@ func exchange(ctx context.Context, fc *frameConn, round int, blobs [][]byte, dea
 			if int(d.u32()) != round || int(d.u32()) != len(blobs) {
 				return nil, errFrame
 			}
+			d.b = bytes.Clone(d.b) // the blobs outlive the read buffer
 			out := make([][]byte, len(blobs))
 			for i := range out {
 				out[i] = d.bytes()
