@@ -155,9 +155,9 @@ func (r *root) serve(fc *frameConn) {
 		r.mu.Unlock()
 		reject("communicator already formed or failed")
 		return
-	case nranks < 1 || rank < 0 || rank >= nranks:
+	case nranks < 1 || nranks > MaxRanks || rank < 0 || rank >= nranks:
 		r.mu.Unlock()
-		reject("rank %d of %d is out of range", rank, nranks)
+		reject("rank %d of %d is out of range (at most %d ranks)", rank, nranks, MaxRanks)
 		return
 	case r.nranks != 0 && nranks != r.nranks:
 		r.mu.Unlock()
@@ -428,6 +428,11 @@ func rankList(rs []int) string {
 // joinRoot connects to the root (retrying until the deadline: the root's
 // process may start later), introduces this rank and waits for the table
 // of all ranks.
+// MaxRanks bounds a communicator's size: the root sizes its tables by the
+// rank count a member announces, so the count must be bounded before it
+// is believed (2^20 ranks: tables of a few MiB).
+const MaxRanks = 1 << 20
+
 func joinRoot(ctx context.Context, addr string, nonce uint64, rank, nranks int, timeout time.Duration) (*frameConn, []rankInfo, error) {
 	deadline := time.Now().Add(timeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {

@@ -97,3 +97,27 @@ func TestBootstrapRankRefusesHugeFrame(t *testing.T) {
 		t.Errorf("the rank allocated %d bytes because its root claimed a 256 MiB frame", grew)
 	}
 }
+
+// A member that knows the nonce but announces an absurd rank count is
+// refused before the root sizes its tables by it.
+func TestBootstrapRootBoundsRankCount(t *testing.T) {
+	r, err := startRoot("127.0.0.1:0", 42, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.close()
+	before := totalAlloc()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, _, err = joinRoot(ctx, r.ln.Addr().String(), 42, 0, 1<<28, 3*time.Second)
+	grew := totalAlloc() - before
+	if err == nil || !strings.Contains(err.Error(), "out of range") {
+		t.Errorf("a 2^28-rank hello: %v", err)
+	}
+	if grew > 16<<20 {
+		t.Errorf("the root allocated %d bytes for a 2^28-rank claim", grew)
+	}
+	if _, err := NewComm(ctx, UniqueID{}, MaxRanks+1, 0, nil); !errors.Is(err, ErrInvalidArgument) {
+		t.Errorf("NewComm with %d ranks: %v", MaxRanks+1, err)
+	}
+}

@@ -119,7 +119,7 @@ func NewComm(ctx context.Context, id UniqueID, nranks, rank int, opts *Options) 
 	if !id.valid() {
 		return nil, fmt.Errorf("%w: not a unique id", ErrInvalidArgument)
 	}
-	if nranks < 1 || rank < 0 || rank >= nranks {
+	if nranks < 1 || nranks > MaxRanks || rank < 0 || rank >= nranks {
 		return nil, fmt.Errorf("%w: rank %d of %d", ErrInvalidArgument, rank, nranks)
 	}
 	var o Options
