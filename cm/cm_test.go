@@ -7,10 +7,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/rdmakit/rdmakit/internal/reexec"
 	"io"
 	"net"
 	"os"
-	"os/exec"
 	"runtime"
 	"strings"
 	"sync"
@@ -27,10 +27,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	if os.Getenv(helperEnv) != "" {
-		helperProcess()
-		return
-	}
+	reexec.Init()
 	goleak.VerifyTestMain(m)
 }
 
@@ -626,10 +623,13 @@ func TestGarbage(t *testing.T) {
 
 // The helper process listens, accepts one connection and waits to be killed.
 
-const helperEnv = "CM_TEST_HELPER_DEVICE"
+// The helper process (role "cm-listener"): a listener on the device
+// args[0] that prints its address and accepts one connection, then waits
+// to be killed.
+func init() { reexec.Register("cm-listener", helperProcess) }
 
-func helperProcess() {
-	dev := os.Getenv(helperEnv)
+func helperProcess(args []string) int {
+	dev := args[0]
 	l, err := Listen(context.Background(), "127.0.0.1:0", ListenOptions{Options: Options{Device: dev, PeerTimeout: 10 * time.Second}})
 	if err != nil {
 		fmt.Println("error", err)
@@ -647,8 +647,7 @@ func helperProcess() {
 
 func TestPeerProcessKilled(t *testing.T) {
 	forEachDevice(t, func(t *testing.T, dev string) {
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), helperEnv+"="+dev)
+		cmd := reexec.Command("cm-listener", []string{dev})
 		out, err := cmd.StdoutPipe()
 		if err != nil {
 			t.Fatal(err)
