@@ -73,17 +73,24 @@ func decodeAddr(b []byte) (qpAddr, error) {
 	return a, nil
 }
 
-// dialIP picks the IP to reach a peer: its listen IP if it has one, else
-// the GID from the address handle (cm fills it from the handshake
-// connection), else the loopback address.
-func dialIP(a qpAddr, gid net.IP) net.IP {
-	if !a.ip.IsUnspecified() {
-		return a.ip
-	}
+// dialIP picks the IP to reach a peer. With a GID in the address handle
+// (cm and coll fill it with the address the peer's handshake came from)
+// the data connection goes back there and nowhere else: an address that
+// names another IP is refused, so that a request cannot make this side
+// connect to a third host. Without one, the peer's listen IP, else the
+// loopback address.
+func dialIP(a qpAddr, gid net.IP) (net.IP, error) {
 	if gid != nil && !gid.IsUnspecified() && (len(gid) == net.IPv4len || len(gid) == net.IPv6len) {
-		return gid
+		if !a.ip.IsUnspecified() && !a.ip.Equal(gid) {
+			return nil, fmt.Errorf("%w: the peer's address names %v, but its GID (where its handshake came from) is %v: refusing to connect to a third address",
+				errBadAddress, a.ip, gid)
+		}
+		return gid, nil
 	}
-	return net.IPv4(127, 0, 0, 1)
+	if !a.ip.IsUnspecified() {
+		return a.ip, nil
+	}
+	return net.IPv4(127, 0, 0, 1), nil
 }
 
 // Connection hello, helloLen bytes, sent by the dialing side first and

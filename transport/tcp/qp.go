@@ -130,7 +130,11 @@ func (d *qpDriver) toRTR(attr *verbs.QPAttr) error {
 	}
 	// The side with the smaller nonce dials; both sides compute the same.
 	dialer := d.nonce < a.nonce || (d.nonce == a.nonce && d.num < a.qpn)
-	l := newLink(d, a, dialIP(a, attr.AH.GID), dialer, psn(attr.RQPSN&psnMask))
+	ip, err := dialIP(a, attr.AH.GID)
+	if err != nil {
+		return fmt.Errorf("%w: %w", verbs.ErrInvalidArgument, err)
+	}
+	l := newLink(d, a, ip, dialer, psn(attr.RQPSN&psnMask))
 	d.mu.Lock()
 	if d.link != nil {
 		d.mu.Unlock()

@@ -81,15 +81,23 @@ func TestAddressEncoding(t *testing.T) {
 	if !a.ip.IsUnspecified() {
 		t.Fatalf("listening on every interface, address IP is %v", a.ip)
 	}
-	if ip := dialIP(a, nil); !ip.Equal(net.IPv4(127, 0, 0, 1)) {
-		t.Fatalf("dial IP without GID %v", ip)
+	if ip, err := dialIP(a, nil); err != nil || !ip.Equal(net.IPv4(127, 0, 0, 1)) {
+		t.Fatalf("dial IP without GID %v, %v", ip, err)
 	}
-	if ip := dialIP(a, net.IPv4(10, 1, 2, 3)); !ip.Equal(net.IPv4(10, 1, 2, 3)) {
-		t.Fatalf("dial IP with GID %v", ip)
+	if ip, err := dialIP(a, net.IPv4(10, 1, 2, 3)); err != nil || !ip.Equal(net.IPv4(10, 1, 2, 3)) {
+		t.Fatalf("dial IP with GID %v, %v", ip, err)
 	}
 	a.ip = net.IPv4(192, 0, 2, 1)
-	if ip := dialIP(a, net.IPv4(10, 1, 2, 3)); !ip.Equal(a.ip) {
-		t.Fatalf("dial IP with listen IP %v", ip)
+	if ip, err := dialIP(a, nil); err != nil || !ip.Equal(a.ip) {
+		t.Fatalf("dial IP with listen IP %v, %v", ip, err)
+	}
+	if ip, err := dialIP(a, net.IPv4(192, 0, 2, 1)); err != nil || !ip.Equal(a.ip) {
+		t.Fatalf("dial IP with listen IP = GID %v, %v", ip, err)
+	}
+	// A third address: the request names 192.0.2.1, the handshake came
+	// from 10.1.2.3. Never dialled.
+	if ip, err := dialIP(a, net.IPv4(10, 1, 2, 3)); err == nil {
+		t.Fatalf("dial IP of a third address %v accepted", ip)
 	}
 	for _, bad := range [][]byte{nil, addr[:31], append(addr, 0), {2, 0, 1, 1}} {
 		if _, err := decodeAddr(bad); err == nil {
