@@ -110,6 +110,11 @@ const (
 	EnvSpin = "RDMAKIT_COLL_SPIN"
 )
 
+// Resolve returns the options as a communicator would use them: zero
+// fields filled from the environment and defaults. An error (wrapping
+// ErrInvalidArgument) names the first invalid setting.
+func (o Options) Resolve() (Options, error) { return o.resolve() }
+
 // resolve fills zero fields from the environment and defaults.
 func (o Options) resolve() (Options, error) {
 	var err error
