@@ -167,7 +167,7 @@ func newComm(ctx context.Context, addr string, nonce uint64, nranks, rank int, o
 		return nil, fmt.Errorf("%w: rank %d: %w", ErrBootstrap, rank, err)
 	}
 	for _, ep := range c.eps {
-		if !ep.sync {
+		if ep.sleepWait {
 			// Progress over tcp needs the transport's reader goroutines,
 			// which compete with spinning ranks for the cores.
 			c.spinFor = min(c.spinFor, 5*time.Microsecond)

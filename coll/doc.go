@@ -55,8 +55,8 @@
 // RDMA queue pairs are connected from the peer's QP address (GID, QP
 // number, PSN; on iWARP the rdma_cm listener, which transport/ibverbs
 // connects through rdma_cm behind RTR/RTS) relayed by the root, with the
-// smaller of both ports' active MTUs, an ACK timeout of 4.096 µs × 2^20
-// and 7 retries. coll uses RDMA Write only (no immediate data, atomics or
+// smaller of both ports' active MTUs, an ACK timeout of 4.096 µs × 2^18
+// (about 1 s) and 7 retries, as NCCL's defaults. coll uses RDMA Write only (no immediate data, atomics or
 // Reads), so iWARP devices run every collective. Memory peers write into
 // is registered with LOCAL_WRITE|REMOTE_WRITE.
 //

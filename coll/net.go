@@ -49,6 +49,11 @@ type endpoint struct {
 	dev  string
 	off  *devOffer // the device: transport, port, capabilities
 	sync bool      // writes are done when PostSend returns (CapWriteOnPost)
+	// sleepWait: progress needs goroutines of this process (tcp's
+	// readers), so waits sleep to leave them the processor instead of
+	// spinning. Writes of shm peers and of RDMA devices land without
+	// this process's help: waits spin, then back off (Comm.backoff).
+	sleepWait bool
 	ctx  *verbs.Context
 	pd   *verbs.PD
 	scq  *verbs.CQ
@@ -125,12 +130,12 @@ type channel struct {
 // one per network transport.
 const maxEndpoints = 3
 
-// ibTimeout etc. are the RC timing of RDMA devices (as NCCL's defaults):
-// local ACK timeout 4.096 µs × 2^20 ≈ 4.3 s, 7 retries, RNR timer 12
+// ibTimeout etc. are the RC timing of RDMA devices (NCCL's defaults):
+// local ACK timeout 4.096 µs × 2^18 ≈ 1.07 s, 7 retries, RNR timer 12
 // (0.64 ms; coll never sends, so no RNR is expected). rdmakit's own
 // transports keep Timeout 0 (tcp: no silence limit).
 const (
-	ibTimeout    = 20
+	ibTimeout    = 18
 	ibRetryCount = 7
 	ibMinRNR     = 12
 )
@@ -227,6 +232,7 @@ func (c *Comm) setup(ctx context.Context) error {
 	for i, d := range devs {
 		ps := byDev[d.Device]
 		ep := &endpoint{idx: i, dev: d.Device, off: d, sync: d.Caps.Has(verbs.CapWriteOnPost)}
+		ep.sleepWait = !ep.sync && d.Transport != rdmaTransport
 		c.eps = append(c.eps, ep)
 		var err error
 		if ep.ctx, err = verbs.Open(d.Device); err != nil {

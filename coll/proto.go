@@ -451,7 +451,7 @@ const spinFirst = 2048
 // the CPU when the wait is long.
 func (c *Comm) waitWord(mem []byte, off int, want uint64, peer int, flag bool, alt []byte, altOff int) error {
 	spin := spinFirst
-	async := peer >= 0 && !c.peers[peer].ep.sync
+	async := peer >= 0 && c.peers[peer].ep.sleepWait
 	if async {
 		spin = 64
 	}
@@ -539,7 +539,7 @@ func (c *Comm) waitPoll(ep *endpoint, peer int) error {
 				return err
 			}
 		}
-		if !ep.sync {
+		if ep.sleepWait {
 			time.Sleep(time.Microsecond) // see waitWord
 			continue
 		}
