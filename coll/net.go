@@ -339,8 +339,10 @@ func (c *Comm) setup(ctx context.Context) error {
 			return fmt.Errorf("%w: rank %d connects with %s and %d channels, this rank with %s and %d (same %s and %s everywhere?)",
 				ErrInvalidArgument, p, tr, C, dev.Transport, C, EnvTransport, EnvChannels)
 		}
-		their := offers[p].deviceOf(dev.Transport)
-		rtr := verbs.QPAttr{State: verbs.QPRTR, PathMTU: min(dev.MTU, their.MTU), MinRNRTimer: 1}
+		rtr := verbs.QPAttr{State: verbs.QPRTR, PathMTU: dev.MTU, MinRNRTimer: 1}
+		if their := offers[p].deviceOf(dev.Transport); their != nil && their.MTU != 0 {
+			rtr.PathMTU = min(rtr.PathMTU, their.MTU)
+		}
 		rts := verbs.QPAttr{State: verbs.QPRTS, RetryCount: 7, RNRRetry: 7}
 		if rtr.PathMTU == 0 {
 			rtr.PathMTU = verbs.MTU4096

@@ -1,5 +1,8 @@
-// Package collperf is rdmakit coll-perf: nccl-tests-compatible collective benchmarks on rdmakit's
-// coll package. The flags, the table and the busbw factors follow
+// Package collperf is rdmakit coll-perf: nccl-tests-compatible
+// collective benchmarks on rdmakit's coll package, over whatever devices
+// coll chooses (shm, tcp, RDMA NICs; --transport forces one, --hca and
+// --gid-index pick the RDMA device and GID). The flags, the table and the
+// busbw factors follow
 // nccl-tests (all_reduce_perf and friends): size, count, type, redop,
 // root, then time/algbw/busbw/#wrong out of place and in place, closing
 // with "# Avg bus bandwidth".
