@@ -54,15 +54,15 @@ type endpoint struct {
 	// spinning. Writes of shm peers and of RDMA devices land without
 	// this process's help: waits spin, then back off (Comm.backoff).
 	sleepWait bool
-	ctx  *verbs.Context
-	pd   *verbs.PD
-	scq  *verbs.CQ
-	rcq  *verbs.CQ
-	fifo *verbs.MR
-	acks *verbs.MR
-	src  *verbs.MR
-	qps  []*qpState
-	wcs  []verbs.WorkCompletion
+	ctx       *verbs.Context
+	pd        *verbs.PD
+	scq       *verbs.CQ
+	rcq       *verbs.CQ
+	fifo      *verbs.MR
+	acks      *verbs.MR
+	src       *verbs.MR
+	qps       []*qpState
+	wcs       []verbs.WorkCompletion
 }
 
 type qpState struct {
