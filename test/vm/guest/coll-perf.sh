@@ -6,6 +6,9 @@
 # naming the device.
 #   Sizes 8 B .. 512 KiB (x16: two above the 256 KiB chunk, so chunks
 #   pipeline and stripe over the 2 channels); rooted ones every root.
+# Then: without --transport, ranks of one host pick shm0 although RDMA
+# devices exist; a rank killed (SIGKILL) during RDMA all-reduces makes the
+# others fail at once with "peer rank lost" instead of hanging.
 # Env: COLL_SIZES (default "-b 8 -e 512K -f 16"), COLL_ITERS (default 5).
 
 coll_check() {  # label dev nranks test [extra args...]; env for coll-perf via COLL_ENV
@@ -19,7 +22,7 @@ coll_check() {  # label dev nranks test [extra args...]; env for coll-perf via C
   t2=$(cut -d' ' -f1 /proc/uptime)
   rows=$(awk '!/^#/ && NF==13' "$base.txt" | wc -l)
   bad=$(awk '!/^#/ && NF==13 && ($9!="0" || $13!="0")' "$base.txt" | wc -l)
-  devlines=$(grep -c "^#  Rank .* device $dev \[ibverbs port 1\]" "$base.txt")
+  devlines=$(grep -c "^#  Rank .* device $dev \[${COLL_TR:-ibverbs} port 1\]" "$base.txt")
   big=$(awk '!/^#/ && NF==13 {s=$1; b=$8} END {printf "%sB busbw %s GB/s", s, b}' "$base.txt")
   local secs; secs=$(awk -v a="$t1" -v b="$t2" 'BEGIN{printf "%.1fs", b-a}')
   if [[ $rc == 0 && $rows -gt 0 && $bad == 0 && $devlines == "$n" ]] && grep -q '^# Out of bounds values : 0 OK' "$base.txt"; then
@@ -46,4 +49,30 @@ if [[ -x ./rdmakit ]]; then
     coll_check "rxe x2 all_reduce NCCL_IB_HCA==$RXE:1 NCCL_IB_GID_INDEX=1" "$RXE" 2 all_reduce --transport ibverbs
   COLL_ENV="RDMAKIT_COLL_TRANSPORT=ibverbs RDMAKIT_COLL_HCA=^$RXE" \
     coll_check "siw x2 all_reduce RDMAKIT_COLL_HCA=^$RXE" "$SIW" 2 all_reduce
+fi
+
+coll_kill() {  # label dev: SIGKILL rank 1 of 3 during all-reduces over dev
+  local label=$1 dev=$2 base=$LOG/coll-kill-$2 lp victim rc t1 t2 lost left secs
+  RDMAKIT_COLL_TIMEOUT=60s timeout 120 ./rdmakit coll-perf all_reduce -b 1M -e 1M -n 100000 -c 0 --ranks 3 \
+    --transport ibverbs --hca "=$dev" > "$base.out" 2> "$base.err" & lp=$!
+  sleep 4
+  victim=$(pgrep -f "rdmakit coll-perf all_reduce -b 1M" | grep -vx "$lp" | sed -n 2p)
+  t1=$(cut -d' ' -f1 /proc/uptime)
+  [[ -n $victim ]] && kill -9 "$victim"
+  wait "$lp"; rc=$?
+  t2=$(cut -d' ' -f1 /proc/uptime)
+  secs=$(awk -v a="$t1" -v b="$t2" 'BEGIN{printf "%.1f", b-a}')
+  lost=$(grep -c 'peer rank lost' "$base.err")
+  left=$(pgrep -fc "rdmakit coll-perf all_reduce -b 1M")
+  if [[ -n $victim && $rc == 1 && $lost == 2 && $left == 0 ]] && awk -v s="$secs" 'BEGIN{exit !(s < 15)}'; then
+    result ok "coll-perf $label" "rank 1 killed; 2 survivors failed with 'peer rank lost' ${secs}s later, launcher exit 1, no rank left"
+  else
+    result FAIL "coll-perf $label" "victim=${victim:-none} rc=$rc lost=$lost left=$left after ${secs}s | $(tail -n 3 "$base.err" | tr '\n' ' ')"
+  fi
+}
+
+if [[ -x ./rdmakit ]]; then
+  COLL_TR=shm coll_check "auto x2 all_reduce (same host: shm0 despite RDMA devices)" shm0 2 all_reduce
+  coll_kill "rxe x3 rank killed" "$RXE"
+  coll_kill "siw x3 rank killed" "$SIW"
 fi
