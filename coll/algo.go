@@ -130,7 +130,7 @@ func (c *Comm) finish(dt DataType, op RedOp, b []byte) {
 // memory, and the collective waits for them at its end (drain): the copy
 // would cost more than the one round trip.
 func (c *Comm) sendFrom(ch *channel, m mem, b []byte) error {
-	if ch.q.ep.sync || len(b) <= maxInline {
+	if ch.q.ep.sync || len(b) <= ch.inline {
 		return c.send(ch, b, m.key(ch.q.ep))
 	}
 	if len(b) > stageMax {
@@ -334,7 +334,7 @@ func (c *Comm) exchangeReduce(partner int, m mem, count int, dt DataType, op Red
 			return err
 		}
 		src, key := o, m.key(ch.q.ep)
-		if !ch.q.ep.sync && len(o) > maxInline {
+		if !ch.q.ep.sync && len(o) > ch.inline {
 			buf, k, err := c.stage(ch)
 			if err != nil {
 				return err

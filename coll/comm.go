@@ -23,7 +23,7 @@ import (
 	"github.com/rdmakit/rdmakit/verbs"
 
 	_ "github.com/rdmakit/rdmakit/transport/shm" // shm0 between ranks of a host
-	_ "github.com/rdmakit/rdmakit/transport/tcp" // tcp0 between hosts
+	_ "github.com/rdmakit/rdmakit/transport/tcp" // tcp0 between hosts (ibverbs.go links RDMA devices)
 )
 
 // Comm is one rank's handle of a communicator. Its methods are safe for
@@ -34,7 +34,7 @@ type Comm struct {
 	opts         Options
 	infos        []rankInfo
 	local        int  // ranks on this host, this one included
-	allSync      bool // every pair of ranks talks over a synchronous endpoint (shm)
+	allSync      bool // every pair of ranks talks over a synchronous endpoint (shm; decided in setup)
 	spinFor      time.Duration
 
 	boot   *frameConn
@@ -72,9 +72,9 @@ type Comm struct {
 type region struct {
 	buf   []byte
 	addr  uintptr
-	mrs   [2]*verbs.MR
-	keys  [2]uint32 // lkeys by endpoint
-	rkeys [2]uint32
+	mrs   [maxEndpoints]*verbs.MR
+	keys  [maxEndpoints]uint32 // lkeys by endpoint
+	rkeys [maxEndpoints]uint32
 }
 
 // Rank returns this rank's index.
@@ -86,8 +86,8 @@ func (c *Comm) Size() int { return c.nranks }
 // LocalRanks returns how many ranks (this one included) share this host.
 func (c *Comm) LocalRanks() int { return c.local }
 
-// Transport returns the device used to reach rank r ("shm0", "tcp0"), or
-// "" for this rank.
+// Transport returns the device used to reach rank r ("shm0", "tcp0",
+// "mlx5_0"), or "" for this rank.
 func (c *Comm) Transport(r int) string {
 	if r < 0 || r >= c.nranks || c.peers[r] == nil {
 		return ""
@@ -102,6 +102,33 @@ func (c *Comm) Devices() []string {
 		d = append(d, ep.dev)
 	}
 	return d
+}
+
+// DeviceUse is a device this rank uses and the peers it reaches with it.
+type DeviceUse struct {
+	Device    string // "shm0", "tcp0", "mlx5_0", ...
+	Transport string // "shm", "tcp", "ibverbs"
+	Port      int
+	// Sync: writes are in the peer's memory when posted
+	// (verbs.CapWriteOnPost).
+	Sync  bool
+	Peers []int
+}
+
+// DeviceUses describes the devices this rank uses, in the order of
+// Devices.
+func (c *Comm) DeviceUses() []DeviceUse {
+	var out []DeviceUse
+	for _, ep := range c.eps {
+		u := DeviceUse{Device: ep.dev, Transport: ep.off.Transport, Port: ep.off.Port, Sync: ep.sync}
+		for r, p := range c.peers {
+			if p != nil && p.ep == ep {
+				u.Peers = append(u.Peers, r)
+			}
+		}
+		out = append(out, u)
+	}
+	return out
 }
 
 // Options returns the options in effect (environment and defaults
@@ -124,7 +151,6 @@ func newComm(ctx context.Context, addr string, nonce uint64, nranks, rank int, o
 			c.local++
 		}
 	}
-	c.allSync = c.local == nranks && o.Transport != "tcp"
 	c.spinFor = 50 * time.Microsecond
 	if c.local > runtime.NumCPU() {
 		c.spinFor = 2 * time.Microsecond // oversubscribed: let the others run
@@ -141,7 +167,7 @@ func newComm(ctx context.Context, addr string, nonce uint64, nranks, rank int, o
 		return nil, fmt.Errorf("%w: rank %d: %w", ErrBootstrap, rank, err)
 	}
 	for _, ep := range c.eps {
-		if !ep.sync {
+		if ep.sleepWait {
 			// Progress over tcp needs the transport's reader goroutines,
 			// which compete with spinning ranks for the cores.
 			c.spinFor = min(c.spinFor, 5*time.Microsecond)
@@ -327,8 +353,8 @@ func (c *Comm) Free(b []byte) error {
 }
 
 // newRegion allocates memory in the first endpoint and registers it with
-// the others (only the first can be shm, which serves its own memory
-// only; tcp registers any memory).
+// the others (only the first can lack CapRegisterCallerMemory, as shm
+// does: setup orders them so).
 func (c *Comm) newRegion(n int) (*region, error) {
 	if len(c.eps) == 0 {
 		// A single rank has no endpoints: plain memory does.

@@ -29,11 +29,36 @@
 // # Transports and topology
 //
 // Ranks exchange their host identity (kernel boot id and PID namespace)
-// at bootstrap. Ranks of one host talk over shm0 (transport/shm: one-sided
-// writes are copies into the peer's mapped memory), ranks of different
-// hosts over tcp0 (transport/tcp), with the peer's IP address as the
-// bootstrap saw it. RDMAKIT_COLL_TRANSPORT=shm|tcp (or Options.Transport)
-// forces one.
+// at bootstrap, then what devices they have, and choose devices by what
+// the devices declare (verbs.DeviceInfo.Caps) and where the ranks are,
+// never by name (devices.go):
+//
+//   - ranks of one host talk over the same-host device (CapSameHost:
+//     shm0, transport/shm: one-sided writes are copies into the peer's
+//     mapped memory);
+//   - ranks of different hosts over the best network device both have
+//     (CapNetwork, an active port, the same fabric): an RDMA device
+//     (transport "ibverbs": RoCE or InfiniBand HCAs, iWARP RNICs, rxe,
+//     siw; linked when the program is built with -tags ibverbs), else
+//     tcp0 (transport/tcp), with the peer's IP address as the bootstrap
+//     saw it.
+//
+// RDMAKIT_COLL_TRANSPORT=shm|tcp|ibverbs (or Options.Transport) forces
+// one transport between every pair, ranks of one host included: ibverbs
+// then runs collectives over the RDMA device even within a host.
+// RDMAKIT_COLL_HCA (or NCCL_IB_HCA, in its syntax: "mlx5_0", "mlx5_0:1",
+// "=mlx5_0", "^mlx5_1", comma lists) picks RDMA devices and ports; the
+// first usable one in the device list is used. RDMAKIT_COLL_GID_INDEX (or
+// NCCL_IB_GID_INDEX) sets the RoCE GID index; by default transport/ibverbs
+// picks an IPv4-mapped RoCE v2 GID. Comm.DeviceUses says what was chosen.
+//
+// RDMA queue pairs are connected from the peer's QP address (GID, QP
+// number, PSN; on iWARP the rdma_cm listener, which transport/ibverbs
+// connects through rdma_cm behind RTR/RTS) relayed by the root, with the
+// smaller of both ports' active MTUs, an ACK timeout of 4.096 µs × 2^18
+// (about 1 s) and 7 retries, as NCCL's defaults. coll uses RDMA Write only (no immediate data, atomics or
+// Reads), so iWARP devices run every collective. Memory peers write into
+// is registered with LOCAL_WRITE|REMOTE_WRITE.
 //
 // # How data moves
 //
@@ -55,11 +80,18 @@
 // RDMAKIT_COLL_ALGO=ring|tree or Options.Algorithm forces it. AllGather and
 // ReduceScatter use the ring, AllToAll pairwise exchange.
 //
+// Writes to a device with CapWriteOnPost (shm) are done when posted, so
+// small messages travel in the LL format (data and flags in one write);
+// on other devices the flag write follows the data on the same QP and
+// completions are reaped to free the send queue. Writes up to the QP's
+// inline limit are posted inline.
+//
 // Collectives run in the calling goroutine and allocate nothing per call
 // once warm. They wait for shm peers by spinning (yielding the CPU as waits
-// grow, sooner when ranks outnumber cores) and for tcp peers by sleeping a
-// microsecond at a time, which leaves the processor to the Go network
-// poller that runs tcp0's reader goroutines.
+// grow, sooner when ranks outnumber cores) and for tcp and RDMA peers by
+// sleeping a microsecond at a time, which leaves the processor to the Go
+// network poller that runs tcp0's reader goroutines (and to the kernel,
+// for software RDMA devices).
 //
 // # Buffers
 //
@@ -92,7 +124,9 @@
 //	RDMAKIT_COLL_BOOTSTRAP_TIMEOUT  forming the communicator, and Close (default 2m)
 //	RDMAKIT_COLL_ALGO            ring | tree | auto
 //	RDMAKIT_COLL_TREE_THRESHOLD  bytes below which auto picks tree (default 64K)
-//	RDMAKIT_COLL_TRANSPORT       shm | tcp | auto
+//	RDMAKIT_COLL_TRANSPORT       shm | tcp | ibverbs | auto
+//	RDMAKIT_COLL_HCA             RDMA devices[:port] (NCCL_IB_HCA syntax; NCCL_IB_HCA is read too)
+//	RDMAKIT_COLL_GID_INDEX       RoCE GID index | auto (NCCL_IB_GID_INDEX is read too)
 //	RDMAKIT_COLL_CHANNELS        QPs per peer (default 2)
 //	RDMAKIT_COLL_CHUNK           pipeline chunk bytes (default 256K)
 //	RDMAKIT_COLL_SLOTS           FIFO depth in chunks (default 8)
@@ -103,5 +137,7 @@
 // Collectives run in the caller's goroutine, one at a time per
 // communicator. Each communicator has a watcher goroutine on its bootstrap
 // connection; the process serving the rendezvous runs the root's
-// goroutines (one per rank); the transports run their own.
+// goroutines (one per rank); the transports run their own (ibverbs: a
+// completion-event and an async-event goroutine per device context, and
+// an rdma_cm one on iWARP).
 package coll

@@ -15,13 +15,16 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/rdmakit/rdmakit/internal/sys"
+	"github.com/rdmakit/rdmakit/internal/reexec"
 )
 
 // The test binary doubles as a rank process: the parent test starts it
-// with childEnv naming a scenario and the rank in coll's own launcher
-// variables (RDMAKIT_COLL_ID, RDMAKIT_COLL_RANK, RDMAKIT_COLL_NRANKS).
-const childEnv = "RDMAKIT_COLL_TEST_CHILD"
+// in the role "coll-rank" (internal/reexec) with the scenario as its
+// argument and the rank in coll's own launcher variables
+// (RDMAKIT_COLL_ID, RDMAKIT_COLL_RANK, RDMAKIT_COLL_NRANKS).
+func init() {
+	reexec.Register("coll-rank", func(args []string) int { return childMain(args[0]) })
+}
 
 // Exit codes of a rank process.
 const (
@@ -31,9 +34,7 @@ const (
 )
 
 func TestMain(m *testing.M) {
-	if s := os.Getenv(childEnv); s != "" {
-		os.Exit(childMain(s))
-	}
+	reexec.Init()
 	code := m.Run()
 	if code == 0 {
 		// Transports keep short-lived goroutines for a moment after
@@ -115,18 +116,12 @@ func spawnRanks(t *testing.T, n int, scenario string, env ...string) []*rankProc
 	if err != nil {
 		t.Fatal(err)
 	}
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
 	procs := make([]*rankProc, n)
 	for r := range procs {
 		p := &rankProc{done: make(chan struct{})}
-		p.cmd = exec.Command(exe, "-test.run=^$")
-		p.cmd.Env = append(append(os.Environ(), childEnv+"="+scenario, EnvID+"="+id.String(),
-			EnvRank+"="+strconv.Itoa(r), EnvNRanks+"="+strconv.Itoa(n)), env...)
+		p.cmd = reexec.Command("coll-rank", []string{scenario}, append([]string{EnvID + "=" + id.String(),
+			EnvRank + "=" + strconv.Itoa(r), EnvNRanks + "=" + strconv.Itoa(n)}, env...)...)
 		p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.stderr
-		sys.ChildDiesWithParent(p.cmd)
 		if err := p.cmd.Start(); err != nil {
 			t.Fatal(err)
 		}

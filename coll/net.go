@@ -13,9 +13,12 @@ package coll
 //	acks  per (peer, channel): Slots words. The peer writes, for each
 //	      message of ours it consumed, its number+1 into the word of its
 //	      slot: our credit to reuse the slot.
-//	src   per (peer, channel): one word for outgoing flag values,
-//	      Slots words for outgoing acks, and an LL slot where small
-//	      messages are packed before they are written.
+//	src   per (peer, channel): Slots words for outgoing flag values
+//	      (padded to 64 bytes), Slots words for outgoing acks, and an LL
+//	      slot where small messages are packed before they are written.
+//	      A flag or ack word of a slot is rewritten only once the peer has
+//	      seen the previous one of that slot, so writes from here need not
+//	      be inline (devices with little inline room: siw).
 //	stage per (peer, channel), made on first use: Slots chunks where
 //	      reductions are computed before being sent.
 
@@ -24,6 +27,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net"
+	"slices"
 	"time"
 
 	"github.com/rdmakit/rdmakit/internal/sys"
@@ -43,16 +47,22 @@ const (
 type endpoint struct {
 	idx  int
 	dev  string
-	sync bool // writes are done when PostSend returns (shm)
-	ctx  *verbs.Context
-	pd   *verbs.PD
-	scq  *verbs.CQ
-	rcq  *verbs.CQ
-	fifo *verbs.MR
-	acks *verbs.MR
-	src  *verbs.MR
-	qps  []*qpState
-	wcs  []verbs.WorkCompletion
+	off  *devOffer // the device: transport, port, capabilities
+	sync bool      // writes are done when PostSend returns (CapWriteOnPost)
+	// sleepWait: progress needs goroutines of this process (tcp's
+	// readers), so waits sleep to leave them the processor instead of
+	// spinning. Writes of shm peers and of RDMA devices land without
+	// this process's help: waits spin, then back off (Comm.backoff).
+	sleepWait bool
+	ctx       *verbs.Context
+	pd        *verbs.PD
+	scq       *verbs.CQ
+	rcq       *verbs.CQ
+	fifo      *verbs.MR
+	acks      *verbs.MR
+	src       *verbs.MR
+	qps       []*qpState
+	wcs       []verbs.WorkCompletion
 }
 
 type qpState struct {
@@ -79,13 +89,17 @@ type channel struct {
 	slots uint64 // FIFO depth
 	chunk int
 
+	// inline is the largest write posted inline (copied at posting):
+	// maxInline, or less where the device grants less (siw: 80 bytes).
+	inline int
+
 	// Sending to the peer.
 	sk       uint64 // messages sent
 	remFlags uint64
 	remSlots uint64
 	remKey   uint32
 	acks     []byte // credits the peer writes here
-	flagSrc  []byte // one word
+	flagSrc  []byte // a word per slot: outgoing flag values
 	flagAddr uint64
 	srcKey   uint32
 	stage    *region
@@ -112,59 +126,116 @@ type channel struct {
 	ackBatch uint64
 }
 
-// setup builds endpoints and channels and connects them with every peer.
+// maxEndpoints bounds the devices of a rank: one same-host device and
+// one per network transport.
+const maxEndpoints = 3
+
+// ibTimeout etc. are the RC timing of RDMA devices (NCCL's defaults):
+// local ACK timeout 4.096 µs × 2^18 ≈ 1.07 s, 7 retries, RNR timer 12
+// (0.64 ms; coll never sends, so no RNR is expected). rdmakit's own
+// transports keep Timeout 0 (tcp: no silence limit).
+const (
+	ibTimeout    = 18
+	ibRetryCount = 7
+	ibMinRNR     = 12
+)
+
+// setup chooses devices, builds endpoints and channels and connects them
+// with every peer, in three rounds through the root: offers (which
+// devices each rank has), connection data, ready.
 func (c *Comm) setup(ctx context.Context) error {
 	n, me := c.nranks, c.rank
 	deadline := time.Now().Add(c.opts.BootstrapTimeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
-	// Which device reaches whom.
-	devOf := make([]string, n)
-	var byDev = map[string][]int{}
-	var devs []string
+	gidIdx, err := c.opts.gidIndex()
+	if err != nil {
+		return err
+	}
+
+	// Round 0: every rank's offer to every rank.
+	mine, err := c.localOffer()
+	if err != nil {
+		return err
+	}
+	var oe enc
+	mine.encode(&oe)
+	blobs := make([][]byte, n)
+	for p := range blobs {
+		if p != me {
+			blobs[p] = oe
+		}
+	}
+	got, err := exchange(ctx, c.boot, 0, blobs, deadline)
+	if err != nil {
+		return err
+	}
+	offers := make([]offer, n)
+	hosts := make([]string, n)
 	for p := 0; p < n; p++ {
+		hosts[p] = c.infos[p].Host
 		if p == me {
+			offers[p] = mine
 			continue
 		}
-		same := c.infos[p].Host == c.infos[me].Host
-		switch c.opts.Transport {
-		case "shm":
-			if !same {
-				return fmt.Errorf("%w: %s=shm, but rank %d is on another host (%s)", ErrInvalidArgument, EnvTransport, p, c.infos[p].Hostname)
-			}
-			devOf[p] = "shm0"
-		case "tcp":
-			devOf[p] = "tcp0"
-		default:
-			devOf[p] = "tcp0"
-			if same {
-				devOf[p] = "shm0"
-			}
+		if offers[p], err = decodeOffer(&dec{b: got[p]}); err != nil {
+			return fmt.Errorf("malformed device offer from rank %d", p)
 		}
-		if byDev[devOf[p]] == nil {
-			devs = append(devs, devOf[p])
-		}
-		byDev[devOf[p]] = append(byDev[devOf[p]], p)
 	}
-	// shm first: it can only register its own memory, so regions are
-	// allocated there and registered with tcp.
-	if len(devs) == 2 && devs[0] != "shm0" {
-		devs[0], devs[1] = devs[1], devs[0]
+	plan, err := planDevices(c.opts.Transport, me, offers, hosts)
+	if err != nil {
+		return err
+	}
+	c.allSync = plan.allSync
+
+	// Endpoints: one per device in use, those that cannot register
+	// memory they did not allocate (shm) first, so that regions are
+	// allocated there and registered with the others.
+	var byDev = map[string][]int{}
+	var devs []*devOffer
+	for p := 0; p < n; p++ {
+		d := plan.devOf[p]
+		if d == nil {
+			continue
+		}
+		if byDev[d.Device] == nil {
+			devs = append(devs, d)
+		}
+		byDev[d.Device] = append(byDev[d.Device], p)
+	}
+	slices.SortStableFunc(devs, func(a, b *devOffer) int {
+		ra, rb := a.Caps.Has(verbs.CapRegisterCallerMemory), b.Caps.Has(verbs.CapRegisterCallerMemory)
+		switch {
+		case ra == rb:
+			return 0
+		case rb:
+			return -1
+		}
+		return 1
+	})
+	if len(devs) > maxEndpoints || (len(devs) > 1 && !devs[1].Caps.Has(verbs.CapRegisterCallerMemory)) {
+		var names []string
+		for _, d := range devs {
+			names = append(names, d.Device)
+		}
+		return fmt.Errorf("%w: this rank would need devices %v; at most %d, and only one that cannot register caller memory",
+			ErrInvalidArgument, names, maxEndpoints)
 	}
 	C, S, chunk := c.opts.Channels, c.opts.Slots, c.opts.ChunkSize
 	flagBytes := (S*wordSize + 4095) &^ 4095
 	llBytes := (S*llSlot + 4095) &^ 4095
 	fifoBytes := flagBytes + llBytes + S*chunk
 	ackBytes := (S*wordSize + 63) &^ 63
-	srcBytes := 64 + ackBytes + llSlot
+	srcBytes := 2*ackBytes + llSlot
 	psns := map[*qpState]uint32{}
-	for i, dev := range devs {
-		ps := byDev[dev]
-		ep := &endpoint{idx: i, dev: dev, sync: dev == "shm0"}
+	for i, d := range devs {
+		ps := byDev[d.Device]
+		ep := &endpoint{idx: i, dev: d.Device, off: d, sync: d.Caps.Has(verbs.CapWriteOnPost)}
+		ep.sleepWait = !ep.sync && d.Transport != rdmaTransport
 		c.eps = append(c.eps, ep)
 		var err error
-		if ep.ctx, err = verbs.Open(dev, verbs.Options{}); err != nil {
+		if ep.ctx, err = verbs.Open(d.Device, verbs.Options{}); err != nil {
 			return err
 		}
 		if ep.pd, err = ep.ctx.AllocPD(); err != nil {
@@ -197,23 +268,30 @@ func (c *Comm) setup(ctx context.Context) error {
 				qp, err := ep.pd.CreateQP(verbs.QPConfig{SendCQ: ep.scq, RecvCQ: ep.rcq, Cap: verbs.QPCap{
 					MaxSendWR: depth, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: maxInline}})
 				if err != nil {
-					return err
+					return fmt.Errorf("creating a queue pair on %s: %w", d.Device, err)
 				}
-				if err := qp.Modify(verbs.QPAttr{State: verbs.QPInit, AccessFlags: verbs.AccessRemoteWrite}); err != nil {
-					return err
+				if err := qp.Modify(verbs.QPAttr{State: verbs.QPInit, AccessFlags: verbs.AccessRemoteWrite, Port: uint8(d.Port)}); err != nil {
+					return fmt.Errorf("queue pair on %s port %d to INIT: %w", d.Device, d.Port, err)
+				}
+				if gidIdx >= 0 && d.Transport == rdmaTransport {
+					if err := setGIDIndex(qp, gidIdx); err != nil {
+						return err
+					}
 				}
 				q := &qpState{qp: qp, ep: ep, id: uint64(len(ep.qps)), peer: p, depth: uint64(qp.Cap().MaxSendWR)}
 				ep.qps = append(ep.qps, q)
 				psns[q] = verbs.RandomPSN()
 				fifo := ep.fifo.Bytes()[k*fifoBytes : (k+1)*fifoBytes]
 				src := ep.src.Bytes()[k*srcBytes : (k+1)*srcBytes]
+				srcAddr := ep.src.Addr() + uint64(k*srcBytes)
 				chn := &channel{
 					q: q, peer: p, slots: uint64(S), chunk: chunk,
+					inline:  min(maxInline, qp.Cap().MaxInlineData),
 					acks:    ep.acks.Bytes()[k*ackBytes : k*ackBytes+S*wordSize],
-					flagSrc: src[:wordSize], flagAddr: ep.src.Addr() + uint64(k*srcBytes), srcKey: ep.src.LKey(),
+					flagSrc: src[:S*wordSize], flagAddr: srcAddr, srcKey: ep.src.LKey(),
 					flags: fifo[:S*wordSize], ll: fifo[flagBytes : flagBytes+S*llSlot], fifo: fifo[flagBytes+llBytes:],
-					ackSrc: src[64 : 64+S*wordSize], ackAddr: ep.src.Addr() + uint64(k*srcBytes+64),
-					llSrc: src[64+ackBytes : 64+ackBytes+llSlot], llAddr: ep.src.Addr() + uint64(k*srcBytes+64+ackBytes),
+					ackSrc: src[ackBytes : ackBytes+S*wordSize], ackAddr: srcAddr + uint64(ackBytes),
+					llSrc: src[2*ackBytes : 2*ackBytes+llSlot], llAddr: srcAddr + uint64(2*ackBytes),
 					llBuf:    make([]byte, llMax),
 					ackBatch: uint64(max(1, S/2)),
 				}
@@ -222,16 +300,16 @@ func (c *Comm) setup(ctx context.Context) error {
 		}
 	}
 
-	// Round 0: tell each peer, per channel, how to reach our QP and where
+	// Round 1: tell each peer, per channel, how to reach our QP and where
 	// to write.
-	blobs := make([][]byte, n)
+	blobs = make([][]byte, n)
 	for p := 0; p < n; p++ {
 		pr := c.peers[p]
 		if pr == nil {
 			continue
 		}
 		var e enc
-		e.str(pr.ep.dev)
+		e.str(pr.ep.off.Transport)
 		e.u32(uint32(C))
 		for _, ch := range pr.ch {
 			ep := pr.ep
@@ -247,8 +325,7 @@ func (c *Comm) setup(ctx context.Context) error {
 		}
 		blobs[p] = e
 	}
-	got, err := exchange(ctx, c.boot, 0, blobs, deadline)
-	if err != nil {
+	if got, err = exchange(ctx, c.boot, 1, blobs, deadline); err != nil {
 		return err
 	}
 	for p := 0; p < n; p++ {
@@ -257,13 +334,27 @@ func (c *Comm) setup(ctx context.Context) error {
 			continue
 		}
 		d := dec{b: got[p]}
-		if dev := d.str(); dev != pr.ep.dev || int(d.u32()) != C {
-			return fmt.Errorf("%w: rank %d connects with %q and %d channels, this rank with %q and %d (same %s and %s everywhere?)",
-				ErrInvalidArgument, p, dev, C, pr.ep.dev, C, EnvTransport, EnvChannels)
+		dev := pr.ep.off
+		if tr := d.str(); tr != dev.Transport || int(d.u32()) != C {
+			return fmt.Errorf("%w: rank %d connects with %s and %d channels, this rank with %s and %d (same %s and %s everywhere?)",
+				ErrInvalidArgument, p, tr, C, dev.Transport, C, EnvTransport, EnvChannels)
 		}
-		var gid net.IP
-		if pr.ep.dev == "tcp0" {
-			gid = net.ParseIP(c.infos[p].IP)
+		rtr := verbs.QPAttr{State: verbs.QPRTR, PathMTU: dev.MTU, MinRNRTimer: 1}
+		if their := offers[p].deviceOf(dev.Transport); their != nil && their.MTU != 0 {
+			rtr.PathMTU = min(rtr.PathMTU, their.MTU)
+		}
+		rts := verbs.QPAttr{State: verbs.QPRTS, RetryCount: 7, RNRRetry: 7}
+		if rtr.PathMTU == 0 {
+			rtr.PathMTU = verbs.MTU4096
+		}
+		if !dev.Caps.Has(verbs.CapSameHost) {
+			// The peer's address as the bootstrap saw it (tcp dials it;
+			// RDMA devices take the GID from the QP's address).
+			rtr.AH.GID = net.ParseIP(c.infos[p].IP)
+		}
+		if dev.Transport == rdmaTransport {
+			rtr.MinRNRTimer = ibMinRNR
+			rts.Timeout, rts.RetryCount = ibTimeout, ibRetryCount
 		}
 		for _, ch := range pr.ch {
 			qpn, psn, addr := d.u32(), d.u32(), d.bytes()
@@ -272,20 +363,55 @@ func (c *Comm) setup(ctx context.Context) error {
 			if d.err != nil {
 				return fmt.Errorf("malformed connection data from rank %d", p)
 			}
-			if err := ch.q.qp.Modify(verbs.QPAttr{State: verbs.QPRTR, PathMTU: verbs.MTU4096, DestQPN: qpn, RQPSN: psn,
-				AH: verbs.AddressHandle{GID: gid, Dest: addr}, MinRNRTimer: 1}); err != nil {
+			rtr.DestQPN, rtr.RQPSN, rtr.AH.Dest = qpn, psn, addr
+			if err := ch.q.qp.Modify(rtr); err != nil {
 				return fmt.Errorf("connecting to rank %d over %s: %w", p, pr.ep.dev, err)
 			}
-			if err := ch.q.qp.Modify(verbs.QPAttr{State: verbs.QPRTS, SQPSN: psns[ch.q], RetryCount: 7, RNRRetry: 7}); err != nil {
+		}
+		// RTS after every channel to the peer is at RTR: on iWARP the
+		// active side waits in RTS for the connection, which the peer's
+		// rdma_cm accepts by itself.
+		for _, ch := range pr.ch {
+			rts.SQPSN = psns[ch.q]
+			if err := ch.q.qp.Modify(rts); err != nil {
 				return fmt.Errorf("connecting to rank %d over %s: %w", p, pr.ep.dev, err)
 			}
 		}
 	}
-	// Round 1: everyone is ready to be written to.
-	if _, err := exchange(ctx, c.boot, 1, make([][]byte, n), deadline); err != nil {
+	// Round 2: everyone is ready to be written to.
+	if _, err := exchange(ctx, c.boot, 2, make([][]byte, n), deadline); err != nil {
 		return err
 	}
 	return nil
+}
+
+// localOffer lists this rank's devices and picks what it offers.
+func (c *Comm) localOffer() (offer, error) {
+	devs, lerr := verbs.Devices()
+	hca, err := parseHCAFilter(c.opts.HCA)
+	if err != nil {
+		return offer{}, err
+	}
+	o := localOffer(devs, hca)
+	if hca.set() && !c.opts.hcaLenient && o.netOf(rdmaTransport) == nil && (c.opts.Transport == "auto" || c.opts.Transport == rdmaTransport) {
+		var rdma []string
+		for _, d := range devs {
+			if d.Transport == rdmaTransport {
+				rdma = append(rdma, d.Name)
+			}
+		}
+		if len(rdma) > 0 {
+			why := o.why[rdmaTransport]
+			if why == "" {
+				why = "no device matches"
+			}
+			return o, fmt.Errorf("%w: HCA list %q leaves no usable RDMA device (%s; devices: %v)", ErrInvalidArgument, c.opts.HCA, why, rdma)
+		}
+	}
+	if o.same == nil && len(o.net) == 0 && lerr != nil {
+		return o, lerr
+	}
+	return o, nil
 }
 
 func addrOf(b []byte) uint64 {

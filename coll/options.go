@@ -29,10 +29,29 @@ type Options struct {
 	// TreeThreshold is the message size (bytes) below which auto picks
 	// the tree algorithms. RDMAKIT_COLL_TREE_THRESHOLD; default 64 KiB.
 	TreeThreshold int
-	// Transport forces the transport between all ranks: "shm" (same host
-	// only) or "tcp". RDMAKIT_COLL_TRANSPORT; default "auto": shm0
-	// between ranks of one host, tcp0 between hosts.
+	// Transport forces the transport between all ranks, even ranks of
+	// one host: "shm" (same host only), "tcp" or "ibverbs" (RDMA devices;
+	// the program must be built with -tags ibverbs).
+	// RDMAKIT_COLL_TRANSPORT; default "auto": the same-host device (shm0)
+	// between ranks of one host, the best network device both ranks have
+	// between hosts (an RDMA device with an active port, else tcp0). See
+	// devices.go for the rules.
 	Transport string
+	// HCA restricts the RDMA devices (and ports) used, in NCCL_IB_HCA's
+	// syntax: a comma list of name[:port], each a prefix of device names
+	// unless the list starts with "="; a leading "^" excludes the listed
+	// ones instead ("mlx5_0", "mlx5_0:1", "=mlx5_0", "^mlx5_1",
+	// "^=mlx5_1,mlx5_4"). RDMAKIT_COLL_HCA, else NCCL_IB_HCA; default:
+	// every RDMA device, the first usable one in the device list. A list
+	// from Options or RDMAKIT_COLL_HCA that leaves no usable device is an
+	// error when RDMA devices exist; one from NCCL_IB_HCA falls back to
+	// tcp.
+	HCA string
+	// GIDIndex is the GID index RDMA queue pairs send from on RoCE (a
+	// decimal number) or "auto". RDMAKIT_COLL_GID_INDEX, else
+	// NCCL_IB_GID_INDEX; default "auto": the transport picks an
+	// IPv4-mapped RoCE v2 GID matching the peer's (see transport/ibverbs).
+	GIDIndex string
 	// Channels is the number of QP pairs to each peer over which large
 	// messages are striped. RDMAKIT_COLL_CHANNELS; default 2.
 	Channels int
@@ -43,6 +62,21 @@ type Options struct {
 	// Slots is the depth of each receive FIFO (messages in flight per
 	// channel). RDMAKIT_COLL_SLOTS; default 8, at least 4.
 	Slots int
+
+	// hcaLenient: HCA came from NCCL_IB_HCA, whose devices may be absent.
+	hcaLenient bool
+}
+
+// gidIndex returns the GID index, or -1 for auto.
+func (o Options) gidIndex() (int, error) {
+	if o.GIDIndex == "auto" || o.GIDIndex == "" {
+		return -1, nil
+	}
+	v, err := strconv.Atoi(o.GIDIndex)
+	if err != nil || v < 0 || v > 255 {
+		return 0, fmt.Errorf("%w: GID index %q (0..255 or auto)", ErrInvalidArgument, o.GIDIndex)
+	}
+	return v, nil
 }
 
 const (
@@ -65,10 +99,21 @@ const (
 	EnvChannels         = "RDMAKIT_COLL_CHANNELS"
 	EnvChunk            = "RDMAKIT_COLL_CHUNK"
 	EnvSlots            = "RDMAKIT_COLL_SLOTS"
+	// EnvHCA and EnvGIDIndex select the RDMA device and GID index;
+	// NCCL's variables are read when they are not set.
+	EnvHCA          = "RDMAKIT_COLL_HCA"
+	EnvGIDIndex     = "RDMAKIT_COLL_GID_INDEX"
+	EnvNCCLHCA      = "NCCL_IB_HCA"
+	EnvNCCLGIDIndex = "NCCL_IB_GID_INDEX"
 	// EnvSpin is how long a wait spins before it starts yielding the CPU
 	// (default 50µs, 5µs with tcp peers, 2µs with more ranks than cores).
 	EnvSpin = "RDMAKIT_COLL_SPIN"
 )
+
+// Resolve returns the options as a communicator would use them: zero
+// fields filled from the environment and defaults. An error (wrapping
+// ErrInvalidArgument) names the first invalid setting.
+func (o Options) Resolve() (Options, error) { return o.resolve() }
 
 // resolve fills zero fields from the environment and defaults.
 func (o Options) resolve() (Options, error) {
@@ -99,9 +144,30 @@ func (o Options) resolve() (Options, error) {
 	switch o.Transport {
 	case "", "auto":
 		o.Transport = "auto"
-	case "shm", "tcp":
+	case "shm", "tcp", rdmaTransport:
 	default:
-		return o, fmt.Errorf("%w: transport %q (auto, shm or tcp)", ErrInvalidArgument, o.Transport)
+		return o, fmt.Errorf("%w: transport %q (auto, shm, tcp or ibverbs)", ErrInvalidArgument, o.Transport)
+	}
+	if o.HCA == "" {
+		if o.HCA = os.Getenv(EnvHCA); o.HCA == "" {
+			if s := os.Getenv(EnvNCCLHCA); s != "" {
+				o.HCA, o.hcaLenient = s, true
+			}
+		}
+	}
+	if _, err := parseHCAFilter(o.HCA); err != nil {
+		return o, fmt.Errorf("HCA list: %w", err)
+	}
+	if o.GIDIndex == "" {
+		if o.GIDIndex = os.Getenv(EnvGIDIndex); o.GIDIndex == "" {
+			o.GIDIndex = os.Getenv(EnvNCCLGIDIndex)
+		}
+	}
+	if o.GIDIndex = strings.ToLower(strings.TrimSpace(o.GIDIndex)); o.GIDIndex == "" || o.GIDIndex == "-1" {
+		o.GIDIndex = "auto"
+	}
+	if _, err := o.gidIndex(); err != nil {
+		return o, err
 	}
 	for _, f := range []struct {
 		v   *int

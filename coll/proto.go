@@ -25,10 +25,14 @@ package coll
 // only ever hold LL words, so a stale word carries an older flag. Credits
 // work as above.
 //
-// Work requests: writes to synchronous endpoints are complete when
-// PostSend returns and are not signaled (errors still produce
-// completions, which poll finds). On tcp every flag and credit write is
-// signaled, so that completions free send queue slots in order.
+// Work requests: writes to synchronous endpoints (CapWriteOnPost: shm) are
+// complete when PostSend returns and are not signaled (errors still
+// produce completions, which poll finds). On other endpoints (tcp, RDMA
+// devices) every flag and credit write is signaled, so that completions
+// free send queue slots in order; writes up to the channel's inline limit
+// are posted inline, larger ones read their source later, which therefore
+// stays untouched until the peer has seen the message (flag and credit
+// words per slot, staging chunks).
 
 import (
 	"context"
@@ -167,22 +171,25 @@ func (c *Comm) post(ch *channel, src []byte, lkey uint32) error {
 	if useLL(ch, len(src)) {
 		return c.postLL(ch, src)
 	}
-	putWord(ch.flagSrc, uint64(flagOf(k))|uint64(c.op.sig)<<32)
+	putWord(ch.flagSrc[slot*wordSize:], uint64(flagOf(k))|uint64(c.op.sig)<<32)
 	n := uint64(0)
 	wrs := ch.wr[:0]
 	if len(src) > 0 {
 		ch.sge[0] = verbs.SGE{Addr: uint64(sys.Addr(src)), Length: uint32(len(src)), LKey: lkey}
 		w := verbs.SendWR{ID: wrID(q, q.posted+1), Opcode: verbs.OpWrite, SGL: ch.sge[0:1],
 			RemoteAddr: ch.remSlots + slot*uint64(ch.chunk), RKey: ch.remKey}
-		if len(src) <= maxInline {
+		if len(src) <= ch.inline {
 			w.Flags = verbs.SendInline
 		}
 		wrs = append(wrs, w)
 		n++
 	}
-	ch.sge[1] = verbs.SGE{Addr: ch.flagAddr, Length: wordSize, LKey: ch.srcKey}
-	fw := verbs.SendWR{ID: wrID(q, q.posted+n+1), Opcode: verbs.OpWrite, Flags: verbs.SendInline, SGL: ch.sge[1:2],
+	ch.sge[1] = verbs.SGE{Addr: ch.flagAddr + slot*wordSize, Length: wordSize, LKey: ch.srcKey}
+	fw := verbs.SendWR{ID: wrID(q, q.posted+n+1), Opcode: verbs.OpWrite, SGL: ch.sge[1:2],
 		RemoteAddr: ch.remFlags + slot*wordSize, RKey: ch.remKey}
+	if ch.inline >= wordSize {
+		fw.Flags = verbs.SendInline
+	}
 	if !q.ep.sync {
 		fw.Flags |= verbs.SendSignaled
 	}
@@ -226,7 +233,7 @@ func (c *Comm) postLL(ch *channel, src []byte) error {
 	ch.llSGE[0] = verbs.SGE{Addr: ch.llAddr, Length: uint32(size), LKey: ch.srcKey}
 	ch.llWR[0] = verbs.SendWR{ID: wrID(q, q.posted+1), Opcode: verbs.OpWrite, SGL: ch.llSGE[:],
 		RemoteAddr: ch.remLL + (k%ch.slots)*llSlot, RKey: ch.remKey}
-	if size <= maxInline {
+	if size <= ch.inline {
 		ch.llWR[0].Flags = verbs.SendInline
 	}
 	if err := q.qp.PostSend(ch.llWR[:]); err != nil {
@@ -268,8 +275,15 @@ func (c *Comm) sendSmall(ch *channel, b []byte) error {
 	if useLL(ch, len(b)) {
 		return c.postLL(ch, b)
 	}
-	n := copy(ch.llSrc, b) // inline: the copy is taken when posting
-	return c.post(ch, ch.llSrc[:n], ch.srcKey)
+	if ch.q.ep.sync || len(b) <= ch.inline {
+		n := copy(ch.llSrc, b) // the copy is taken when posting
+		return c.post(ch, ch.llSrc[:n], ch.srcKey)
+	}
+	buf, key, err := c.stage(ch) // read later: a chunk of its own
+	if err != nil {
+		return err
+	}
+	return c.post(ch, buf[:copy(buf, b)], key)
 }
 
 // send is reserve + post.
@@ -397,8 +411,11 @@ func (c *Comm) ack(ch *channel) error {
 		m := min(to-i, ch.slots-s) // contiguous run of slots
 		j := len(wrs)
 		ch.sge[j] = verbs.SGE{Addr: ch.ackAddr + s*wordSize, Length: uint32(m * wordSize), LKey: ch.srcKey}
-		w := verbs.SendWR{ID: wrID(q, q.posted+uint64(j)+1), Opcode: verbs.OpWrite, Flags: verbs.SendInline, SGL: ch.sge[j : j+1],
+		w := verbs.SendWR{ID: wrID(q, q.posted+uint64(j)+1), Opcode: verbs.OpWrite, SGL: ch.sge[j : j+1],
 			RemoteAddr: ch.remAcks + s*wordSize, RKey: ch.remAckK}
+		if int(m*wordSize) <= ch.inline {
+			w.Flags = verbs.SendInline
+		}
 		if !q.ep.sync {
 			w.Flags |= verbs.SendSignaled
 		}
@@ -434,7 +451,7 @@ const spinFirst = 2048
 // the CPU when the wait is long.
 func (c *Comm) waitWord(mem []byte, off int, want uint64, peer int, flag bool, alt []byte, altOff int) error {
 	spin := spinFirst
-	async := peer >= 0 && !c.peers[peer].ep.sync
+	async := peer >= 0 && c.peers[peer].ep.sleepWait
 	if async {
 		spin = 64
 	}
@@ -522,7 +539,7 @@ func (c *Comm) waitPoll(ep *endpoint, peer int) error {
 				return err
 			}
 		}
-		if !ep.sync {
+		if ep.sleepWait {
 			time.Sleep(time.Microsecond) // see waitWord
 			continue
 		}

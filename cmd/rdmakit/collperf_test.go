@@ -60,15 +60,3 @@ func TestCollPerfUsage(t *testing.T) {
 		t.Errorf("bad range: exit %d", code)
 	}
 }
-
-func TestNCCLFloat(t *testing.T) {
-	for _, tc := range []struct {
-		v     float64
-		width int
-		want  string
-	}{{12.3456, 7, "  12.35"}, {123456.7, 7, " 123457"}, {0.001, 6, "  0.00"}, {1234.5, 6, "1234.5"}, {12345678, 7, "1.2e+07"}} {
-		if got := ncclFloatStr(tc.v, tc.width); got != tc.want {
-			t.Errorf("%v/%d: %q want %q", tc.v, tc.width, got, tc.want)
-		}
-	}
-}

@@ -7,7 +7,8 @@
 # fetches and unpacks the guest kernel, builds siw.ko (build.sh, cached
 # under $RDMAVM_CACHE), builds the test binaries on the host with
 # -tags ibverbs, boots the guest (run.sh, TCG), runs guest/ci-guest.sh
-# there and prints its RESULT lines and the summary
+# there (go tests, rdmakit info/perf, coll-perf over rxe and siw,
+# interop) and prints its RESULT lines and the summary
 # "N passed, N failed, N skipped". Exit status: 0 only if all passed.
 #
 #   test/vm/ci.sh              full run (~8 min on 2 cores, ~2 min of it the first build)

@@ -37,6 +37,9 @@ type qp struct {
 
 	addr []byte
 	self Address
+	// gidIndex is the source GID index plus one set by SetGIDIndex; 0:
+	// chosen per destination (sgidIndex).
+	gidIndex int
 
 	// state is the last state set through Modify (the device may have
 	// moved on to ERROR; State asks the device).
@@ -192,10 +195,24 @@ func (q *qp) Modify(attr *verbs.QPAttr) error {
 		if _, ok := q.d.port(int(port)); !ok {
 			return fmt.Errorf("%w: device %s has no port %d", verbs.ErrInvalidArgument, q.d.info.Name, port)
 		}
-		q.port = port
 		err = q.c.modifyInit(port, attr.AccessFlags, q.iw != nil)
 		if err != nil {
 			err = wrap("ibv_modify_qp(INIT)", err)
+		} else if port == q.port || q.iw != nil {
+			q.port = port
+		} else {
+			// Another port than the one CreateQP assumed: advertise its
+			// GID and MTU.
+			q.port = port
+			q.gidIndex = 0
+			q.self.Port = port
+			if pi, ok := q.d.port(int(port)); ok {
+				q.self.MTU = uint8(pi.ActiveMTU)
+			}
+			if g, ok := primaryGID(q.d.portGIDs(int(port), false)); ok {
+				q.self.GID = g.gid
+			}
+			q.addr = q.self.Encode()
 		}
 	case verbs.QPRTR:
 		if q.iw != nil {
@@ -332,8 +349,12 @@ func (q *qp) rtr(attr *verbs.QPAttr) error {
 }
 
 // sgidIndex chooses the local GID index for a destination GID;
-// Options.GIDIndex (or RDMAKIT_IBV_GID_INDEX) overrides the choice.
+// SetGIDIndex on the QP, else Options.GIDIndex (or RDMAKIT_IBV_GID_INDEX),
+// overrides the choice.
 func (q *qp) sgidIndex(dgid [16]byte) (int, error) {
+	if q.gidIndex > 0 {
+		return q.gidIndex - 1, nil
+	}
 	if o := q.d.opts; o.SetGIDIndex {
 		return o.GIDIndex, nil
 	}

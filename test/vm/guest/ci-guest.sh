@@ -5,8 +5,8 @@
 # with "N passed, N failed, N skipped". Exit status 1 if anything failed.
 #
 # Expects in the current directory (the shared work dir): ibverbs.test, and
-# optionally rdmakit (built with -tags ibverbs), interop.sh and
-# perftest-interop.sh.
+# optionally rdmakit (built with -tags ibverbs), coll-perf.sh, interop.sh
+# and perftest-interop.sh.
 # Env: CI_QUICK=1 runs the conformance suite on one-process mode only.
 set -uo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -72,6 +72,13 @@ else
   result skip "rdmakit" "binary not built"
 fi
 echo "# rdmakit done at $(elapsed)"
+
+# ---------------------------------------------------------------- collectives over rxe and siw
+if [[ -x ./rdmakit && -f "$HERE/coll-perf.sh" ]]; then
+  # shellcheck source=coll-perf.sh
+  . "$HERE/coll-perf.sh"
+  echo "# coll-perf done at $(elapsed)"
+fi
 
 # ---------------------------------------------------------------- interop with perftest and rping
 if [[ -x ./rdmakit && -f "$HERE/interop.sh" ]]; then

@@ -1,4 +1,7 @@
-package main
+package collperf
+
+// One collective run, timed and verified. Runs in the rank's benchmark
+// goroutine.
 
 import (
 	"context"
