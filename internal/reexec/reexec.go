@@ -12,6 +12,7 @@ package reexec
 
 import (
 	"fmt"
+	"github.com/rdmakit/rdmakit/internal/sys"
 	"os"
 	"os/exec"
 	"sort"
@@ -94,6 +95,6 @@ func Command(role string, args []string, env ...string) *exec.Cmd {
 	}
 	cmd := exec.Command(Executable(), args...)
 	cmd.Env = append(append(os.Environ(), EnvRole+"="+role), env...)
-	dieWithParent(cmd)
+	sys.ChildDiesWithParent(cmd)
 	return cmd
 }

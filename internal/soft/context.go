@@ -306,26 +306,11 @@ func (pd *PD) register(buf []byte, arenaOff int, alloc *allocation, access Acces
 // Bytes returns the region's memory.
 func (mr *MR) Bytes() []byte { return mr.buf }
 
-// Addr returns the address of the region's first byte, as used in SGE.Addr
-// and SendWR.RemoteAddr.
-func (mr *MR) Addr() uint64 { return uint64(sys.Addr(mr.buf)) }
-
-// Len returns the region's length.
-func (mr *MR) Len() int { return len(mr.buf) }
-
 // LKey returns the local key.
 func (mr *MR) LKey() uint32 { return mr.lkey }
 
 // RKey returns the remote key.
 func (mr *MR) RKey() uint32 { return mr.rkey }
-
-// Access returns the access flags.
-func (mr *MR) Access() Access { return mr.access }
-
-// SGE returns an SGE for n bytes at offset off of the region.
-func (mr *MR) SGE(off, n int) SGE {
-	return SGE{Addr: mr.Addr() + uint64(off), Length: uint32(n), LKey: mr.lkey}
-}
 
 // Dereg deregisters the region: from the moment it returns, its keys
 // resolve nowhere. Memory from AllocMR is released.

@@ -1,8 +1,0 @@
-//go:build !linux
-
-package reexec
-
-import "os/exec"
-
-// dieWithParent: only Linux can tie a child's life to its parent's.
-func dieWithParent(*exec.Cmd) {}
