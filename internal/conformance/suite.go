@@ -503,7 +503,9 @@ func testStateBeforeErrorCompletion(t *testing.T, e *env) {
 		q, err := e.a.get(ia)
 		must(t, err)
 		rb := e.rb["rw"]
-		e.post(t, e.a, ia, []WR{{ID: 1, Op: verbs.OpWrite, Signaled: true, Region: "src", Lens: []int{8},
+		// A Read: its completion carries the remote error on every device
+		// (iWARP completes Writes when they are sent).
+		e.post(t, e.a, ia, []WR{{ID: 1, Op: verbs.OpRead, Signaled: true, Region: "src", Lens: []int{8},
 			RemoteAddr: rb.Addr, RKey: rb.RKey ^ 0x5a5a5a5a}})
 		deadline := time.Now().Add(pollTimeout)
 		for {
@@ -511,7 +513,7 @@ func testStateBeforeErrorCompletion(t *testing.T, e *env) {
 			if n > 0 {
 				st := q.qp.State()
 				if wcs[0].Status == verbs.StatusSuccess {
-					t.Fatalf("round %d: a write with a wrong rkey succeeded", i)
+					t.Fatalf("round %d: a read with a wrong rkey succeeded", i)
 				}
 				if st != verbs.QPError {
 					t.Fatalf("round %d: error completion (%s) polled while the QP is %s", i, wcs[0].Status, st)
