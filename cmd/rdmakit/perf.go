@@ -10,10 +10,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 
+	"github.com/rdmakit/rdmakit/internal/cli"
 	"github.com/rdmakit/rdmakit/internal/perftest"
 )
 
@@ -51,6 +50,26 @@ the client; --loopback runs both on this host (server as a child process).
       --perftest-wire       speak perftest 4.5's own exchange: write_bw and send_bw
                             against ib_write_bw/ib_send_bw (ibverbs devices, RoCE;
                             the IPv4-mapped RoCE v2 GID: perftest's -x)
+  -x, --gid-index=N         source GID index (verbs.Options.GIDIndex; RoCE ports)
+  -i, --ib-port=N           device port (default 1)
+  -N, --noPeak              do not measure BW peak (printed as 0.00)
+  -U, --report-unsorted     print every latency sample in the order measured (implies -H)
+  -O, --dualport            dual-port mode: refused, rdmakit devices have one port
+      --output=WHAT         print only bandwidth, message_rate or latency (t_avg), no header
+      --report-both         with -b, print each direction's result before the sum
+  -j, --source_ip=IP        the client's exchange connection comes from IP
+  -V, --version             print the version
+
+Accepted for perftest compatibility, with a one-line note on stderr saying
+why they change nothing here: -R/--rdma_cm, -z/--comm_rdma_cm, -e/--events
+(completions are always polled), -l/--post_list, -u/--qp-timeout, -S/--sl,
+-T/--tos, -W/--report-counters, --retry_count, --mr_per_qp, --cpu_util,
+--perform_warm_up. --use_cuda and the other GPU memory flags are refused:
+this build has no GPU support. --run_infinitely is refused (use -D).
+
+Also installed as ib_send_bw ... ib_atomic_lat: 'rdmakit ib_write_bw ...' or
+a symlink named ib_write_bw runs 'rdmakit perf write_bw ...'.
+Exit status: 0 success, 1 failure, 2 usage error, 128+N on signal N.
 `
 
 func runPerf(args []string) int {
@@ -59,17 +78,25 @@ func runPerf(args []string) int {
 		fmt.Print(perfUsage)
 		return 0
 	}
+	if errors.Is(err, perftest.ErrVersion) {
+		fmt.Println(version())
+		return 0
+	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "rdmakit perf: %s\n", strings.TrimPrefix(err.Error(), perftest.ErrUsage.Error()+": "))
 		return 2
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	for _, n := range o.Notes {
+		fmt.Fprintf(os.Stderr, "rdmakit perf: note: %s\n", n)
+	}
+	sigs := cli.NotifySignals(context.Background())
+	defer sigs.Stop()
+	ctx := context.Context(sigs)
 	env := perftest.Env{Progress: perftest.IsTerminal(os.Stderr)}
 	if err := perftest.Run(ctx, o, env); err != nil {
 		if ctx.Err() != nil {
-			fmt.Fprintln(os.Stderr, "rdmakit perf: interrupted")
-			return 130
+			fmt.Fprintf(os.Stderr, "rdmakit perf: interrupted (%v)\n", sigs.Signal())
+			return sigs.Status()
 		}
 		msg := strings.TrimPrefix(err.Error(), perftest.ErrUsage.Error()+": ")
 		fmt.Fprintf(os.Stderr, "rdmakit perf: %s\n", msg)

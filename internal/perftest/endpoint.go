@@ -33,7 +33,7 @@ type endpoint struct {
 
 func openEndpoint(cfg *config, dev verbs.DeviceInfo) (_ *endpoint, err error) {
 	e := &endpoint{cfg: cfg, dev: dev, half: roundUp(cfg.maxSize)}
-	e.ctx, err = verbs.Open(dev.Name, verbs.Options{})
+	e.ctx, err = verbs.Open(dev.Name, verbs.Options{GIDIndex: cfg.GIDIndex, SetGIDIndex: cfg.SetGIDIndex})
 	if err != nil {
 		return nil, fmt.Errorf("opening %s: %w", dev.Name, err)
 	}

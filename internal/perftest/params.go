@@ -8,6 +8,7 @@ package perftest
 import (
 	"errors"
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
 
@@ -162,6 +163,36 @@ type Options struct {
 	// (pwire.go) instead of rdmakit's, to run write_bw and send_bw against
 	// perftest's ib_write_bw and ib_send_bw on an ibverbs device.
 	PerftestWire bool
+
+	// GIDIndex is the source GID index (-x); it applies when SetGIDIndex
+	// is true and becomes verbs.Options{GIDIndex, SetGIDIndex}.
+	GIDIndex    int
+	SetGIDIndex bool
+	// IBPort is the device port (-i; 0 means perftest's default, 1).
+	IBPort int
+	// NoPeak skips the BW peak (-N), printed as 0.00 as perftest does.
+	NoPeak bool
+	// Unsorted prints every latency sample in the order measured (-U,
+	// which implies -H).
+	Unsorted bool
+	// DualPort is perftest's -O (two ports of the device).
+	DualPort bool
+	// Output prints only one figure (--output): "bandwidth" (BW average),
+	// "message_rate" (MsgRate) or "latency" (t_avg), with no header.
+	Output string
+	// ReportBoth prints the two directions of a bidirectional run
+	// separately before their sum (--report-both).
+	ReportBoth bool
+	// SourceIP is the local address the client's exchange connection
+	// comes from (--source_ip).
+	SourceIP string
+	// Version asks for the version (-V); ParseArgs returns ErrVersion.
+	Version bool
+
+	// Notes are one line each about flags accepted for perftest
+	// compatibility whose effect does not exist here; the CLI prints them
+	// on stderr.
+	Notes []string
 }
 
 // DefaultPort is perftest's default exchange port.
@@ -199,6 +230,13 @@ var ErrUsage = errors.New("usage")
 // ErrHelp is returned by ParseArgs for -h/--help.
 var ErrHelp = errors.New("help requested")
 
+// ErrVersion is returned by ParseArgs for -V/--version.
+var ErrVersion = errors.New("version requested")
+
+// ErrNoGPU is returned (wrapped in ErrUsage) for perftest's GPU memory
+// flags (--use_cuda and friends).
+var ErrNoGPU = errors.New("no GPU support in this build")
+
 func usageErr(format string, a ...any) error {
 	return fmt.Errorf("%w: %s", ErrUsage, fmt.Sprintf(format, a...))
 }
@@ -222,6 +260,57 @@ func intArg(name string, lo, hi int64, dst func(int64)) func(*Options, string) e
 		dst(n)
 		return nil
 	}
+}
+
+// note returns a setter that records a one-line note about a flag that is
+// accepted for compatibility but has no effect here.
+func note(text string) func(*Options, string) error {
+	return func(o *Options, _ string) error {
+		for _, n := range o.Notes {
+			if n == text {
+				return nil
+			}
+		}
+		o.Notes = append(o.Notes, text)
+		return nil
+	}
+}
+
+// noteArg is note for a flag with a value, checked by check (nil: any).
+func noteArg(text string, check func(string) error) func(*Options, string) error {
+	n := note(text)
+	return func(o *Options, v string) error {
+		if check != nil {
+			if err := check(v); err != nil {
+				return err
+			}
+		}
+		return n(o, v)
+	}
+}
+
+func numIn(name string, lo, hi int64) func(string) error {
+	return func(v string) error {
+		n, err := strconv.ParseInt(v, 0, 64)
+		if err != nil {
+			return usageErr("%s: %q is not a number", name, v)
+		}
+		if n < lo || n > hi {
+			return usageErr("%s must be between %d and %d, not %d", name, lo, hi, n)
+		}
+		return nil
+	}
+}
+
+// gpuFlags are perftest's GPU and accelerator memory flags.
+var gpuFlags = []struct {
+	name   string
+	hasArg bool
+}{
+	{"use_cuda", true}, {"use_cuda_bus_id", true}, {"use_cuda_dmabuf", false}, {"use_data_direct", false},
+	{"cuda_mem_type", true}, {"gpu_touch", true}, {"use_rocm", true}, {"use_rocm_dmabuf", false},
+	{"use_neuron", true}, {"use_neuron_dmabuf", false}, {"use_hl", true}, {"use_mlu", true},
+	{"use_mlu_dmabuf", false}, {"use_opencl", true}, {"opencl_platform_id", true}, {"use_gaudi", true},
 }
 
 // flags returns the flag table for o (setters write into o).
@@ -295,6 +384,43 @@ func flags(o *Options) []flagSpec {
 		{0, []string{"loopback"}, false, func(o *Options, _ string) error { o.Loopback = true; return nil }},
 		{0, []string{"perftest-wire"}, false, func(o *Options, _ string) error { o.PerftestWire = true; return nil }},
 		{'h', []string{"help"}, false, func(*Options, string) error { return ErrHelp }},
+		{'V', []string{"version"}, false, func(o *Options, _ string) error { o.Version = true; return nil }},
+		{'x', []string{"gid-index"}, true, intArg("-x (GID index)", 0, 255, func(n int64) { o.GIDIndex, o.SetGIDIndex = int(n), true })},
+		{'i', []string{"ib-port"}, true, intArg("-i (IB port)", 1, 254, func(n int64) { o.IBPort = int(n) })},
+		{'N', []string{"noPeak"}, false, func(o *Options, _ string) error { o.NoPeak = true; return nil }},
+		{'U', []string{"report-unsorted"}, false, func(o *Options, _ string) error { o.Unsorted, o.Histogram = true, true; return nil }},
+		{'O', []string{"dualport"}, false, func(o *Options, _ string) error { o.DualPort = true; return nil }},
+		{0, []string{"output"}, true, func(o *Options, v string) error {
+			switch v {
+			case "bandwidth", "message_rate", "latency":
+				o.Output = v
+				return nil
+			}
+			return usageErr("invalid --output %q; choose bandwidth, message_rate or latency", v)
+		}},
+		{0, []string{"report-both"}, false, func(o *Options, _ string) error { o.ReportBoth = true; return nil }},
+		{'j', []string{"source_ip"}, true, func(o *Options, v string) error {
+			if net.ParseIP(v) == nil {
+				return usageErr("--source_ip %q is not an IP address", v)
+			}
+			o.SourceIP = v
+			return nil
+		}},
+		{'R', []string{"rdma_cm"}, false, note("-R (rdma_cm): rdmakit connects its QPs over its own exchange on -p; the measured operations are the same")},
+		{'z', []string{"comm_rdma_cm"}, false, note("-z (comm_rdma_cm): parameters are exchanged over TCP on -p, as without -z")},
+		{'e', []string{"events"}, false, note("-e (events): completions are polled; event-driven waiting is not implemented, so figures are for polling")},
+		{'l', []string{"post_list"}, true, noteArg("-l (post list): work requests are posted one at a time", numIn("-l (post list)", 1, maxTx))},
+		{'u', []string{"qp-timeout"}, true, noteArg("-u (QP timeout): rdmakit's transports time out on their own terms (tcp: the connection; shm: none)", numIn("-u (QP timeout)", 0, 31))},
+		{'S', []string{"sl"}, true, noteArg("-S (service level): no effect on rdmakit devices", numIn("-S (service level)", 0, 15))},
+		{'T', []string{"tos"}, true, noteArg("-T (type of service): no effect on rdmakit devices", numIn("-T (type of service)", 0, 256))},
+		{'W', []string{"report-counters"}, true, noteArg("-W (report counters): rdmakit devices have no performance counters to report", nil)},
+		{0, []string{"retry_count"}, true, noteArg("--retry_count: rdmakit's transports do not retransmit at the RDMA level (tcp is reliable); no effect", numIn("--retry_count", 0, 7))},
+		{0, []string{"mr_per_qp"}, false, note("--mr_per_qp: rdmakit always registers one memory region per QP")},
+		{0, []string{"cpu_util"}, false, note("--cpu_util: CPU utilization is not reported")},
+		{0, []string{"perform_warm_up"}, false, note("--perform_warm_up: bandwidth tests always warm up (-t signaled operations per QP), as documented in docs/perf.md")},
+		{0, []string{"run_infinitely"}, false, func(*Options, string) error {
+			return usageErr("--run_infinitely is not supported by rdmakit perf; use -D SECONDS for a timed run")
+		}},
 	}
 }
 
@@ -347,6 +473,11 @@ func ParseArgs(args []string) (Options, error) {
 				}
 			}
 			if sp == nil {
+				for _, g := range gpuFlags {
+					if g.name == name {
+						return o, fmt.Errorf("%w: --%s: %w: rdmakit perf measures host memory only", ErrUsage, name, ErrNoGPU)
+					}
+				}
 				return o, usageErr("unknown flag --%s (rdmakit perf -h lists the flags)", name)
 			}
 			if sp.hasArg && !hasVal {
@@ -394,6 +525,9 @@ func ParseArgs(args []string) (Options, error) {
 			break
 		}
 	}
+	if o.Version {
+		return o, ErrVersion
+	}
 	if len(pos) == 0 {
 		return o, usageErr("missing TEST (one of %s)", strings.Join(Tests, ", "))
 	}
@@ -425,7 +559,22 @@ func (o *Options) check() error {
 		return usageErr("-b (bidirectional) is only available in bandwidth tests")
 	}
 	if o.Histogram && t.Kind == KindBW {
+		if o.Unsorted {
+			return usageErr("-U (unsorted report) is only available in latency tests")
+		}
 		return usageErr("-H (histogram) is only available in latency tests")
+	}
+	switch {
+	case o.Output == "latency" && t.Kind == KindBW:
+		return usageErr("--output=latency is for latency tests; use bandwidth or message_rate")
+	case (o.Output == "bandwidth" || o.Output == "message_rate") && t.Kind == KindLat:
+		return usageErr("--output=%s is for bandwidth tests; use latency", o.Output)
+	}
+	if o.ReportBoth && !o.Bidir {
+		return usageErr("--report-both reports the two directions of a bidirectional run: add -b")
+	}
+	if o.SourceIP != "" && o.Server == "" && !o.Loopback {
+		return usageErr("--source_ip is for the client (give the server's address too)")
 	}
 	if o.QPs > 1 && t.Kind == KindLat {
 		return usageErr("-q: multiple QPs are only available in bandwidth tests")
@@ -511,6 +660,15 @@ func (o Options) Args() []string {
 	}
 	if o.Histogram {
 		a = append(a, "-H")
+	}
+	if o.SetGIDIndex {
+		add("-x", o.GIDIndex)
+	}
+	if o.IBPort != 0 {
+		add("-i", o.IBPort)
+	}
+	if o.NoPeak {
+		a = append(a, "-N")
 	}
 	return a
 }
@@ -622,7 +780,7 @@ func (o Options) resolve(dev verbs.DeviceInfo) (*config, error) {
 		}
 	}
 	c.cqMod = min(c.cqMod, c.tx)
-	if t.Kind == KindBW && c.iters > noPeakIters {
+	if t.Kind == KindBW && c.iters > noPeakIters || o.NoPeak {
 		c.noPeak = true
 	}
 
@@ -669,9 +827,17 @@ func (o Options) resolve(dev verbs.DeviceInfo) (*config, error) {
 	if t.Verb == VerbAtomic && dev.AtomicCap == verbs.AtomicNone {
 		return nil, usageErr("device %s does not support atomics", dev.Name)
 	}
+	nports := max(len(dev.Ports), 1)
+	if o.IBPort > nports {
+		return nil, usageErr("-i %d: device %s has %d port(s)", o.IBPort, dev.Name, nports)
+	}
+	if o.DualPort && nports < 2 {
+		return nil, usageErr("-O (dual-port) needs a device with two ports; %s has %d", dev.Name, nports)
+	}
+	port := max(o.IBPort, 1) - 1
 	active := verbs.MTU4096
-	if len(dev.Ports) > 0 && dev.Ports[0].ActiveMTU != 0 {
-		active = dev.Ports[0].ActiveMTU
+	if len(dev.Ports) > port && dev.Ports[port].ActiveMTU != 0 {
+		active = dev.Ports[port].ActiveMTU
 	}
 	c.mtu = active
 	if o.MTU != 0 {
