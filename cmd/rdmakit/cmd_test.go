@@ -73,7 +73,7 @@ func TestPerfErrors(t *testing.T) {
 		want string
 	}{
 		{[]string{"perf", "write_bw", "--bogus"}, 2, "rdmakit perf: unknown flag --bogus"},
-		{[]string{"perf", "write_bw", "-x"}, 2, "rdmakit perf: unknown flag -x"},
+		{[]string{"perf", "write_bw", "-Y"}, 2, "rdmakit perf: unknown flag -Y"},
 		{[]string{"perf", "write_foo"}, 2, "unknown test \"write_foo\""},
 		{[]string{"perf", "write_bw", "-s", "3G", "--loopback"}, 2, "message size 3221225472 is too large"},
 		{[]string{"perf", "write_bw", "-c", "UD"}, 2, "connection type UD is not supported"},

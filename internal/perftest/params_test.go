@@ -61,7 +61,20 @@ func TestParseArgsErrors(t *testing.T) {
 		want string
 	}{
 		{[]string{"write_bw", "--bogus"}, "unknown flag --bogus"},
-		{[]string{"write_bw", "-z"}, "unknown flag -z"},
+		{[]string{"write_bw", "-Y"}, "unknown flag -Y"},
+		{[]string{"write_bw", "--use_cuda=0"}, "no GPU support in this build"},
+		{[]string{"write_bw", "--use_rocm", "0"}, "no GPU support in this build"},
+		{[]string{"write_bw", "--run_infinitely"}, "use -D"},
+		{[]string{"write_bw", "--output=latency"}, "--output=latency is for latency tests"},
+		{[]string{"write_lat", "--output=bandwidth"}, "for bandwidth tests"},
+		{[]string{"write_bw", "--output=x"}, "invalid --output"},
+		{[]string{"write_bw", "--report-both"}, "add -b"},
+		{[]string{"write_bw", "-U"}, "-U (unsorted report) is only available in latency tests"},
+		{[]string{"write_bw", "-x", "300"}, "-x (GID index)"},
+		{[]string{"write_bw", "-i", "0"}, "-i (IB port)"},
+		{[]string{"write_bw", "-S", "16"}, "-S (service level)"},
+		{[]string{"write_bw", "--source_ip", "nope", "h"}, "not an IP address"},
+		{[]string{"write_bw", "--source_ip", "127.0.0.1"}, "--source_ip is for the client"},
 		{[]string{}, "missing TEST"},
 		{[]string{"write_foo"}, "unknown test"},
 		{[]string{"write_bw", "a", "b"}, "unexpected argument"},
@@ -199,6 +212,67 @@ func TestArgsRoundTrip(t *testing.T) {
 		o.Loopback, o.Plot, o.OutJSON, o.Port = false, "", "", 0
 		if !reflect.DeepEqual(o, back) {
 			t.Errorf("%q → %q → %+v, want %+v", args, o.Args(), back, o)
+		}
+	}
+}
+
+// perftest's flags beyond the basic ones: those with an effect set their
+// option, those without one leave a one-line note, -V asks for the
+// version.
+func TestParseArgsDropIn(t *testing.T) {
+	o, err := ParseArgs([]string{"ib_write_bw", "-x", "3", "-i", "1", "-N", "-b", "--report-both", "--output=bandwidth", "--source_ip", "127.0.0.1", "10.0.0.1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !o.SetGIDIndex || o.GIDIndex != 3 || o.IBPort != 1 || !o.NoPeak || !o.ReportBoth || o.Output != "bandwidth" || o.SourceIP != "127.0.0.1" || o.Server != "10.0.0.1" || len(o.Notes) != 0 {
+		t.Errorf("parsed %+v", o)
+	}
+	o, err = ParseArgs([]string{"write_lat", "-U", "--output", "latency"})
+	if err != nil || !o.Unsorted || !o.Histogram || o.Output != "latency" {
+		t.Errorf("-U: %+v, %v", o, err)
+	}
+	noted := []string{"-R", "-z", "-e", "-l", "4", "-u", "14", "-S", "1", "-T", "32", "-W", "rx_bytes", "--retry_count", "7",
+		"--mr_per_qp", "--cpu_util", "--perform_warm_up", "--rdma_cm", "--events"}
+	o, err = ParseArgs(append([]string{"send_bw"}, noted...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(o.Notes) != 12 {
+		t.Errorf("%d notes, want one per distinct flag (12):\n%s", len(o.Notes), strings.Join(o.Notes, "\n"))
+	}
+	for _, n := range o.Notes {
+		if strings.Contains(n, "\n") || !strings.HasPrefix(n, "-") {
+			t.Errorf("note %q: want one line naming the flag", n)
+		}
+	}
+	for _, v := range [][]string{{"-V"}, {"write_bw", "--version"}} {
+		if _, err := ParseArgs(v); !errors.Is(err, ErrVersion) {
+			t.Errorf("%q: %v, want ErrVersion", v, err)
+		}
+	}
+	// Flags that change a run's effective configuration.
+	c, err := Options{Test: Test{VerbWrite, KindBW}, NoPeak: true}.resolve(verbs.DeviceInfo{})
+	if err != nil || !c.noPeak {
+		t.Errorf("-N: noPeak %v, %v", c != nil && c.noPeak, err)
+	}
+	dev := verbs.DeviceInfo{Name: "x0", Ports: []verbs.PortInfo{{ActiveMTU: verbs.MTU1024}}}
+	if _, err := (Options{Test: Test{VerbWrite, KindBW}, IBPort: 2}).resolve(dev); err == nil || !strings.Contains(err.Error(), "has 1 port") {
+		t.Errorf("-i 2 on a one-port device: %v", err)
+	}
+	if _, err := (Options{Test: Test{VerbWrite, KindBW}, DualPort: true}).resolve(dev); err == nil || !strings.Contains(err.Error(), "two ports") {
+		t.Errorf("-O on a one-port device: %v", err)
+	}
+	a := strings.Join(Options{Test: Test{VerbWrite, KindBW}, SetGIDIndex: true, GIDIndex: 0, IBPort: 1, NoPeak: true}.Args(), " ")
+	if a != "write_bw -x 0 -i 1 -N" {
+		t.Errorf("Args: %q", a)
+	}
+}
+
+func TestOutputValue(t *testing.T) {
+	r := result{bwAvg: 1234.5, rate: 0.25, tAvg: 1.5}
+	for out, want := range map[string]string{"bandwidth": "1234.500000\n", "message_rate": "0.250000\n", "latency": "1.500000\n"} {
+		if got := outputValue(&config{Options: Options{Output: out}}, r); got != want {
+			t.Errorf("--output=%s: %q, want %q", out, got, want)
 		}
 	}
 }
