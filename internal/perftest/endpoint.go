@@ -84,7 +84,7 @@ func (e *endpoint) local(i int) qpInfo {
 	q := qpInfo{qpn: e.qps[i].Num(), psn: e.psns[i], rkey: e.mrs[i].RKey(), vaddr: e.mrs[i].Addr(),
 		idx: i, addr: e.qps[i].Address()}
 	if e.cfg.Test.Verb == VerbRead {
-		q.outReads = outReads
+		q.outReads = uint16(e.cfg.outReads)
 	}
 	return q
 }
@@ -100,13 +100,13 @@ func (e *endpoint) connect(remote []qpInfo, peerIP net.IP) error {
 	for i, qp := range e.qps {
 		r := remote[i]
 		if err := qp.Modify(verbs.QPAttr{State: verbs.QPRTR, PathMTU: e.cfg.mtu, DestQPN: r.qpn, RQPSN: r.psn,
-			AH: verbs.AddressHandle{GID: peerIP, Dest: r.addr}, MinRNRTimer: 1, MaxDestRdAtomic: outReads}); err != nil {
+			AH: verbs.AddressHandle{GID: peerIP, Dest: r.addr}, MinRNRTimer: 1, MaxDestRdAtomic: uint8(e.cfg.outReads)}); err != nil {
 			return fmt.Errorf("QP %d to RTR: %w", i, err)
 		}
 	}
 	for i, qp := range e.qps {
 		if err := qp.Modify(verbs.QPAttr{State: verbs.QPRTS, SQPSN: e.psns[i], Timeout: 14, RetryCount: 7,
-			RNRRetry: 7, MaxRdAtomic: outReads}); err != nil {
+			RNRRetry: 7, MaxRdAtomic: uint8(e.cfg.outReads)}); err != nil {
 			return fmt.Errorf("QP %d to RTS: %w", i, err)
 		}
 	}

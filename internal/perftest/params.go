@@ -188,6 +188,12 @@ type Options struct {
 	SourceIP string
 	// Version asks for the version (-V); ParseArgs returns ErrVersion.
 	Version bool
+	// OutReads is the number of outstanding RDMA Reads and atomics per QP
+	// (-o; 0 means 16).
+	OutReads int
+	// Margin is the warm-up and cool-down around the measured window of a
+	// -D run, in seconds (-f; 0 means a quarter of -D).
+	Margin int
 
 	// Notes are one line each about flags accepted for perftest
 	// compatibility whose effect does not exist here; the CLI prints them
@@ -302,6 +308,23 @@ func numIn(name string, lo, hi int64) func(string) error {
 	}
 }
 
+// unsupported are perftest flags rdmakit perf knows and refuses, with why.
+var unsupported = map[string]string{
+	"use-srq":           "a shared receive queue is not used by rdmakit perf's send tests",
+	"reversed":          "the server never sends in rdmakit perf's one-way tests (use -b for both directions)",
+	"write_with_imm":    "rdmakit perf's write tests use RDMA Write without immediate data",
+	"mcg":               "multicast groups need UD queue pairs; rdmakit has RC only",
+	"MGID":              "multicast groups need UD queue pairs; rdmakit has RC only",
+	"limit_bw":          "rate limiting is not implemented",
+	"limit_msgrate":     "rate limiting is not implemented",
+	"rate_limit":        "rate limiting is not implemented",
+	"burst_size":        "rate limiting is not implemented",
+	"pkey_index":        "rdmakit devices have no partition keys",
+	"use-null-mr":       "null memory regions are not implemented",
+	"use_hugepages":     "huge pages are not used for perf's buffers",
+	"use_old_post_send": "there is one post interface",
+}
+
 // gpuFlags are perftest's GPU and accelerator memory flags.
 var gpuFlags = []struct {
 	name   string
@@ -406,6 +429,9 @@ func flags(o *Options) []flagSpec {
 			o.SourceIP = v
 			return nil
 		}},
+		{'o', []string{"outs"}, true, intArg("-o (outstanding reads)", 1, 16, func(n int64) { o.OutReads = int(n) })},
+		{'f', []string{"margin"}, true, intArg("-f (margin)", 1, 1<<20, func(n int64) { o.Margin = int(n) })},
+		{'C', []string{"report-cycles"}, false, note("-C (report cycles): times are measured with Go's monotonic clock and reported in usec")},
 		{'R', []string{"rdma_cm"}, false, note("-R (rdma_cm): rdmakit connects its QPs over its own exchange on -p; the measured operations are the same")},
 		{'z', []string{"comm_rdma_cm"}, false, note("-z (comm_rdma_cm): parameters are exchanged over TCP on -p, as without -z")},
 		{'e', []string{"events"}, false, note("-e (events): completions are polled; event-driven waiting is not implemented, so figures are for polling")},
@@ -473,6 +499,9 @@ func ParseArgs(args []string) (Options, error) {
 				}
 			}
 			if sp == nil {
+				if why := unsupported[name]; why != "" {
+					return o, usageErr("--%s is not supported by rdmakit perf: %s", name, why)
+				}
 				for _, g := range gpuFlags {
 					if g.name == name {
 						return o, fmt.Errorf("%w: --%s: %w: rdmakit perf measures host memory only", ErrUsage, name, ErrNoGPU)
@@ -573,6 +602,12 @@ func (o *Options) check() error {
 	if o.ReportBoth && !o.Bidir {
 		return usageErr("--report-both reports the two directions of a bidirectional run: add -b")
 	}
+	if o.OutReads != 0 && t.Verb != VerbRead && t.Verb != VerbAtomic {
+		return usageErr("-o (outstanding reads) is for the read and atomic tests")
+	}
+	if o.Margin != 0 && (o.Duration == 0 || 2*o.Margin >= o.Duration) {
+		return usageErr("-f (margin) %d needs -D longer than twice the margin", o.Margin)
+	}
 	if o.SourceIP != "" && o.Server == "" && !o.Loopback {
 		return usageErr("--source_ip is for the client (give the server's address too)")
 	}
@@ -670,6 +705,12 @@ func (o Options) Args() []string {
 	if o.NoPeak {
 		a = append(a, "-N")
 	}
+	if o.OutReads != 0 {
+		add("-o", o.OutReads)
+	}
+	if o.Margin != 0 {
+		add("-f", o.Margin)
+	}
 	return a
 }
 
@@ -688,6 +729,7 @@ func mtuEnum(n int) verbs.MTU {
 type config struct {
 	Options
 	sizes    []int64
+	outReads int   // outstanding reads and atomics per QP (-o)
 	iters    int64 // per QP; 0 in duration mode
 	qps      int
 	tx, rx   int
@@ -715,6 +757,10 @@ func (o Options) resolve(dev verbs.DeviceInfo) (*config, error) {
 		c.port = DefaultPort
 	}
 	c.qps = max(o.QPs, 1)
+	c.outReads = outReads
+	if o.OutReads > 0 {
+		c.outReads = o.OutReads
+	}
 	c.gbits = o.ReportGbits
 	c.rttShift = t.Verb == VerbSend || t.Verb == VerbWrite
 
@@ -750,6 +796,9 @@ func (o Options) resolve(dev verbs.DeviceInfo) (*config, error) {
 		c.iters = 0
 		c.noPeak = true
 		c.margin = o.Duration / 4
+		if o.Margin > 0 {
+			c.margin = o.Margin
+		}
 	}
 
 	c.tx = o.TxDepth

@@ -75,6 +75,12 @@ func TestParseArgsErrors(t *testing.T) {
 		{[]string{"write_bw", "-S", "16"}, "-S (service level)"},
 		{[]string{"write_bw", "--source_ip", "nope", "h"}, "not an IP address"},
 		{[]string{"write_bw", "--source_ip", "127.0.0.1"}, "--source_ip is for the client"},
+		{[]string{"send_bw", "--use-srq"}, "--use-srq is not supported by rdmakit perf: a shared receive queue"},
+		{[]string{"write_bw", "--reversed"}, "--reversed is not supported"},
+		{[]string{"write_bw", "-o", "4"}, "-o (outstanding reads) is for the read and atomic tests"},
+		{[]string{"read_bw", "-o", "32"}, "-o (outstanding reads) must be between 1 and 16"},
+		{[]string{"write_bw", "-f", "2"}, "needs -D longer than twice the margin"},
+		{[]string{"write_bw", "-D", "4", "-f", "2"}, "needs -D longer than twice the margin"},
 		{[]string{}, "missing TEST"},
 		{[]string{"write_foo"}, "unknown test"},
 		{[]string{"write_bw", "a", "b"}, "unexpected argument"},
@@ -249,6 +255,13 @@ func TestParseArgsDropIn(t *testing.T) {
 		if _, err := ParseArgs(v); !errors.Is(err, ErrVersion) {
 			t.Errorf("%q: %v, want ErrVersion", v, err)
 		}
+	}
+	o, err = ParseArgs([]string{"read_lat", "-o", "4", "-D", "5", "-f", "1", "-C"})
+	if err != nil || o.OutReads != 4 || o.Margin != 1 || len(o.Notes) != 1 {
+		t.Errorf("-o -f -C: %+v, %v", o, err)
+	}
+	if c, err := o.resolve(verbs.DeviceInfo{}); err != nil || c.outReads != 4 || c.margin != 1 {
+		t.Errorf("-o 4 -f 1: outReads %d margin %d, %v", c.outReads, c.margin, err)
 	}
 	// Flags that change a run's effective configuration.
 	c, err := Options{Test: Test{VerbWrite, KindBW}, NoPeak: true}.resolve(verbs.DeviceInfo{})

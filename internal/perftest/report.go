@@ -283,7 +283,7 @@ func printHeader(w io.Writer, c *config, dev verbs.DeviceInfo, server bool) {
 	if c.Test.Verb != VerbRead && c.Test.Verb != VerbAtomic {
 		fmt.Fprintf(&b, " Max inline data : %d[B]\n", c.inline)
 	} else {
-		fmt.Fprintf(&b, " Outstand reads  : %d\n", outReads)
+		fmt.Fprintf(&b, " Outstand reads  : %d\n", c.outReads)
 	}
 	fmt.Fprintf(&b, " rdma_cm QPs\t : %s\n", "OFF")
 	fmt.Fprintf(&b, " Data ex. method : %s\n", "Ethernet")
