@@ -325,6 +325,9 @@ var unsupported = map[string]string{
 	"use_old_post_send": "there is one post interface",
 }
 
+// unsupportedShort are the short names of unsupported flags.
+var unsupportedShort = map[byte]string{'g': "mcg", 'M': "MGID", 'w': "limit_bw", 'y': "limit_msgrate"}
+
 // gpuFlags are perftest's GPU and accelerator memory flags.
 var gpuFlags = []struct {
 	name   string
@@ -532,6 +535,9 @@ func ParseArgs(args []string) (Options, error) {
 				}
 			}
 			if sp == nil {
+				if long, ok := unsupportedShort[a[j]]; ok {
+					return o, usageErr("-%c (--%s) is not supported by rdmakit perf: %s", a[j], long, unsupported[long])
+				}
 				return o, usageErr("unknown flag -%c (rdmakit perf -h lists the flags)", a[j])
 			}
 			if !sp.hasArg {

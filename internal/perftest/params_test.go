@@ -77,6 +77,7 @@ func TestParseArgsErrors(t *testing.T) {
 		{[]string{"write_bw", "--source_ip", "127.0.0.1"}, "--source_ip is for the client"},
 		{[]string{"send_bw", "--use-srq"}, "--use-srq is not supported by rdmakit perf: a shared receive queue"},
 		{[]string{"write_bw", "--reversed"}, "--reversed is not supported"},
+		{[]string{"write_bw", "-g"}, "-g (--mcg) is not supported by rdmakit perf: multicast"},
 		{[]string{"write_bw", "-o", "4"}, "-o (outstanding reads) is for the read and atomic tests"},
 		{[]string{"read_bw", "-o", "32"}, "-o (outstanding reads) must be between 1 and 16"},
 		{[]string{"write_bw", "-f", "2"}, "needs -D longer than twice the margin"},
