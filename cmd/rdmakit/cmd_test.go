@@ -46,6 +46,9 @@ func TestPerfLoopback(t *testing.T) {
 		{"perf", "ib_read_lat", "--loopback", "-n", "300"},
 		{"perf", "send_lat", "--loopback", "-n", "100", "-d", "tcp0"},
 		{"perf", "atomic_bw", "--loopback", "-n", "300", "-A", "CMP_AND_SWAP", "--report_gbits"},
+		// -e: completions by the driver's blocking wait.
+		{"perf", "send_bw", "--loopback", "-n", "300", "-e", "-d", "tcp0"},
+		{"perf", "read_lat", "--loopback", "-n", "100", "-e", "-o", "4"},
 	} {
 		out, errOut, code := rdmakit(t, args...)
 		if code != 0 || errOut != "" {

@@ -55,17 +55,20 @@ the client; --loopback runs both on this host (server as a child process).
   -N, --noPeak              do not measure BW peak (printed as 0.00)
   -U, --report-unsorted     print every latency sample in the order measured (implies -H)
   -O, --dualport            dual-port mode: refused, rdmakit devices have one port
+  -e, --events              sleep in the driver for completions instead of polling
+  -o, --outs=N              outstanding reads and atomics per QP (read, atomic; default 16)
+  -f, --margin=S            warm-up and cool-down of a -D run (default -D/4)
       --output=WHAT         print only bandwidth, message_rate or latency (t_avg), no header
       --report-both         with -b, print each direction's result before the sum
   -j, --source_ip=IP        the client's exchange connection comes from IP
   -V, --version             print the version
 
 Accepted for perftest compatibility, with a one-line note on stderr saying
-why they change nothing here: -R/--rdma_cm, -z/--comm_rdma_cm, -e/--events
-(completions are always polled), -l/--post_list, -u/--qp-timeout, -S/--sl,
--T/--tos, -W/--report-counters, --retry_count, --mr_per_qp, --cpu_util,
---perform_warm_up. --use_cuda and the other GPU memory flags are refused:
-this build has no GPU support. --run_infinitely is refused (use -D).
+why they change nothing here: -R/--rdma_cm, -z/--comm_rdma_cm,
+-l/--post_list, -u/--qp-timeout, -S/--sl, -T/--tos, -W/--report-counters,
+-C/--report-cycles, --retry_count, --mr_per_qp, --cpu_util, --perform_warm_up. --use_cuda and the other GPU memory flags are refused:
+this build has no GPU support. --run_infinitely is refused (use -D), and so
+are --use-srq, --reversed, --write_with_imm, multicast and rate limits.
 
 Also installed as ib_send_bw ... ib_atomic_lat: 'rdmakit ib_write_bw ...' or
 a symlink named ib_write_bw runs 'rdmakit perf write_bw ...'.

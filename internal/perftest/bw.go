@@ -7,6 +7,7 @@ package perftest
 // run's goroutine; nothing in the loop allocates.
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -30,10 +31,62 @@ type bwLoop struct {
 	scnt  []int64
 	ccnt  []int64
 	wcs   []verbs.WorkCompletion
+	// With -e, completions a blocking wait returned (evN of them, from
+	// evCQ) are handed to the next poll of that CQ.
+	evWCs []verbs.WorkCompletion
+	evN   int
+	evCQ  *verbs.CQ
 
 	epoch      time.Time
 	tposted    []int64 // ns since epoch of each post (unless noPeak)
 	tcompleted []int64 // ns since epoch each work request was known complete
+}
+
+// poll polls cq into b.wcs, first handing over what a blocking wait (-e)
+// took from it.
+func (b *bwLoop) poll(cq *verbs.CQ) (int, error) {
+	if b.evN > 0 && b.evCQ == cq {
+		n := copy(b.wcs, b.evWCs[:b.evN])
+		b.evN = 0
+		return n, nil
+	}
+	return cq.Poll(b.wcs)
+}
+
+// block is -e (events): with nothing to post and nothing completed, sleep
+// in the driver's blocking wait on the CQ this side consumes (the send
+// CQ, or the receive CQ of a passive send_bw side) instead of spinning,
+// as perftest waits for a completion event. It wakes at least every
+// eventSlice to let the loop check on the peer and the clock.
+func (b *bwLoop) block() error {
+	if b.evN > 0 {
+		return nil
+	}
+	cq := b.e.scq
+	if !b.send {
+		cq = b.e.rcq
+	}
+	if b.evWCs == nil {
+		b.evWCs = make([]verbs.WorkCompletion, len(b.wcs))
+	}
+	n, err := eventWait(b.w.ctx, cq, b.evWCs)
+	b.evN, b.evCQ = n, cq
+	return err
+}
+
+// eventSlice bounds one blocking wait of -e.
+const eventSlice = 20 * time.Millisecond
+
+// eventWait waits in the driver (no spinning) up to eventSlice for
+// completions of cq; a timeout is no error.
+func eventWait(ctx context.Context, cq *verbs.CQ, wcs []verbs.WorkCompletion) (int, error) {
+	tctx, cancel := context.WithTimeout(ctx, eventSlice)
+	defer cancel()
+	n, err := cq.Driver().Wait(tctx, wcs)
+	if err != nil && ctx.Err() == nil && tctx.Err() != nil {
+		err = nil // the slice is over
+	}
+	return n, err
 }
 
 // bwStats is what a bandwidth loop measured.
@@ -229,7 +282,7 @@ func (b *bwLoop) run() (bwStats, error) {
 					busy = true
 				}
 			}
-			n, err := e.scq.Poll(b.wcs)
+			n, err := b.poll(e.scq)
 			if err != nil {
 				return st, fmt.Errorf("polling the send CQ: %w", err)
 			}
@@ -263,7 +316,7 @@ func (b *bwLoop) run() (bwStats, error) {
 			}
 		}
 		if b.recv {
-			n, err := e.rcq.Poll(b.wcs)
+			n, err := b.poll(e.rcq)
 			if err != nil {
 				return st, fmt.Errorf("polling the receive CQ: %w", err)
 			}
@@ -294,6 +347,13 @@ func (b *bwLoop) run() (bwStats, error) {
 				if err := b.w.check(progress); err != nil {
 					return st, err
 				}
+			}
+		} else if cfg.Events {
+			if err := b.block(); err != nil {
+				return st, err
+			}
+			if err := b.w.wait(progress); err != nil {
+				return st, err
 			}
 		} else if err := b.w.wait(progress); err != nil {
 			return st, err

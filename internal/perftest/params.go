@@ -170,6 +170,9 @@ type Options struct {
 	SetGIDIndex bool
 	// IBPort is the device port (-i; 0 means perftest's default, 1).
 	IBPort int
+	// Events waits for completions in the driver's blocking wait instead
+	// of spinning (-e, perftest's completion events).
+	Events bool
 	// NoPeak skips the BW peak (-N), printed as 0.00 as perftest does.
 	NoPeak bool
 	// Unsorted prints every latency sample in the order measured (-U,
@@ -280,6 +283,16 @@ func note(text string) func(*Options, string) error {
 		o.Notes = append(o.Notes, text)
 		return nil
 	}
+}
+
+// appendNote adds text to notes unless it is there.
+func appendNote(notes []string, text string) []string {
+	for _, n := range notes {
+		if n == text {
+			return notes
+		}
+	}
+	return append(notes, text)
 }
 
 // noteArg is note for a flag with a value, checked by check (nil: any).
@@ -437,7 +450,7 @@ func flags(o *Options) []flagSpec {
 		{'C', []string{"report-cycles"}, false, note("-C (report cycles): times are measured with Go's monotonic clock and reported in usec")},
 		{'R', []string{"rdma_cm"}, false, note("-R (rdma_cm): rdmakit connects its QPs over its own exchange on -p; the measured operations are the same")},
 		{'z', []string{"comm_rdma_cm"}, false, note("-z (comm_rdma_cm): parameters are exchanged over TCP on -p, as without -z")},
-		{'e', []string{"events"}, false, note("-e (events): completions are polled; event-driven waiting is not implemented, so figures are for polling")},
+		{'e', []string{"events"}, false, func(o *Options, _ string) error { o.Events = true; return nil }},
 		{'l', []string{"post_list"}, true, noteArg("-l (post list): work requests are posted one at a time", numIn("-l (post list)", 1, maxTx))},
 		{'u', []string{"qp-timeout"}, true, noteArg("-u (QP timeout): rdmakit's transports time out on their own terms (tcp: the connection; shm: none)", numIn("-u (QP timeout)", 0, 31))},
 		{'S', []string{"sl"}, true, noteArg("-S (service level): no effect on rdmakit devices", numIn("-S (service level)", 0, 15))},
@@ -608,6 +621,9 @@ func (o *Options) check() error {
 	if o.ReportBoth && !o.Bidir {
 		return usageErr("--report-both reports the two directions of a bidirectional run: add -b")
 	}
+	if o.Events && t.Verb == VerbWrite && t.Kind == KindLat {
+		o.Notes = appendNote(o.Notes, "-e (events): write_lat waits for the peer's data in memory, not for completions, so -e changes nothing there")
+	}
 	if o.OutReads != 0 && t.Verb != VerbRead && t.Verb != VerbAtomic {
 		return usageErr("-o (outstanding reads) is for the read and atomic tests")
 	}
@@ -710,6 +726,9 @@ func (o Options) Args() []string {
 	}
 	if o.NoPeak {
 		a = append(a, "-N")
+	}
+	if o.Events {
+		a = append(a, "-e")
 	}
 	if o.OutReads != 0 {
 		add("-o", o.OutReads)

@@ -238,14 +238,17 @@ func TestParseArgsDropIn(t *testing.T) {
 	if err != nil || !o.Unsorted || !o.Histogram || o.Output != "latency" {
 		t.Errorf("-U: %+v, %v", o, err)
 	}
-	noted := []string{"-R", "-z", "-e", "-l", "4", "-u", "14", "-S", "1", "-T", "32", "-W", "rx_bytes", "--retry_count", "7",
-		"--mr_per_qp", "--cpu_util", "--perform_warm_up", "--rdma_cm", "--events"}
+	noted := []string{"-R", "-z", "-l", "4", "-u", "14", "-S", "1", "-T", "32", "-W", "rx_bytes", "--retry_count", "7",
+		"--mr_per_qp", "--cpu_util", "--perform_warm_up", "--rdma_cm", "-e"}
 	o, err = ParseArgs(append([]string{"send_bw"}, noted...))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(o.Notes) != 12 {
-		t.Errorf("%d notes, want one per distinct flag (12):\n%s", len(o.Notes), strings.Join(o.Notes, "\n"))
+	if len(o.Notes) != 11 || !o.Events {
+		t.Errorf("%d notes, want one per distinct flag (11), and -e set (%v):\n%s", len(o.Notes), o.Events, strings.Join(o.Notes, "\n"))
+	}
+	if o, err := ParseArgs([]string{"write_lat", "--events"}); err != nil || !o.Events || len(o.Notes) != 1 || !strings.Contains(o.Notes[0], "write_lat waits") {
+		t.Errorf("write_lat -e: %+v, %v", o, err)
 	}
 	for _, n := range o.Notes {
 		if strings.Contains(n, "\n") || !strings.HasPrefix(n, "-") {
