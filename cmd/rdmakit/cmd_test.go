@@ -49,6 +49,8 @@ func TestPerfLoopback(t *testing.T) {
 		// -e: completions by the driver's blocking wait.
 		{"perf", "send_bw", "--loopback", "-n", "300", "-e", "-d", "tcp0"},
 		{"perf", "read_lat", "--loopback", "-n", "100", "-e", "-o", "4"},
+		// -l: lists of work requests.
+		{"perf", "write_bw", "--loopback", "-n", "400", "-l", "8", "-d", "tcp0"},
 	} {
 		out, errOut, code := rdmakit(t, args...)
 		if code != 0 || errOut != "" {

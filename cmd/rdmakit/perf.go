@@ -58,6 +58,7 @@ the client; --loopback runs both on this host (server as a child process).
   -e, --events              sleep in the driver for completions instead of polling
   -o, --outs=N              outstanding reads and atomics per QP (read, atomic; default 16)
   -f, --margin=S            warm-up and cool-down of a -D run (default -D/4)
+  -l, --post_list=N         post lists of N work requests, the last signaled (bw; -Q becomes N)
       --output=WHAT         print only bandwidth, message_rate or latency (t_avg), no header
       --report-both         with -b, print each direction's result before the sum
   -j, --source_ip=IP        the client's exchange connection comes from IP
@@ -65,7 +66,7 @@ the client; --loopback runs both on this host (server as a child process).
 
 Accepted for perftest compatibility, with a one-line note on stderr saying
 why they change nothing here: -R/--rdma_cm, -z/--comm_rdma_cm,
--l/--post_list, -u/--qp-timeout, -S/--sl, -T/--tos, -W/--report-counters,
+-u/--qp-timeout, -S/--sl, -T/--tos, -W/--report-counters,
 -C/--report-cycles, --retry_count, --mr_per_qp, --cpu_util, --perform_warm_up. --use_cuda and the other GPU memory flags are refused:
 this build has no GPU support. --run_infinitely is refused (use -D), and so
 are --use-srq, --reversed, --write_with_imm, multicast and rate limits.

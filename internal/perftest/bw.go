@@ -105,7 +105,11 @@ func newBWLoop(e *endpoint, w *watch, size int64, send, recv bool) *bwLoop {
 	if send {
 		b.wrs = make([][]verbs.SendWR, cfg.qps)
 		for q := range b.wrs {
-			b.wrs[q] = []verbs.SendWR{opWR(e, q, size)}
+			// -l: a list of postList work requests per post.
+			b.wrs[q] = make([]verbs.SendWR, max(cfg.PostList, 1))
+			for i := range b.wrs[q] {
+				b.wrs[q][i] = opWR(e, q, size)
+			}
 		}
 		if size <= int64(cfg.inline) && (cfg.Test.Verb == VerbWrite || cfg.Test.Verb == VerbSend) {
 			b.flags = verbs.SendInline
@@ -165,7 +169,7 @@ func (b *bwLoop) warmUp() error {
 	const warmID = 1 << 63
 	var outstanding int
 	for q, qp := range b.e.qps {
-		wr := b.wrs[q]
+		wr := b.wrs[q][:1]
 		wr[0].Flags, wr[0].ID = b.flags|verbs.SendSignaled, warmID
 		for i := 0; i < b.cfg.tx; i++ {
 			if err := qp.PostSend(wr); err != nil {
@@ -261,6 +265,36 @@ func (b *bwLoop) run() (bwStats, error) {
 		if b.send {
 			for q, qp := range e.qps {
 				wr := b.wrs[q]
+				if len(wr) > 1 {
+					// -l: whole lists, the last work request signaled
+					// (-Q is the list length, iterations a multiple of it).
+					k := int64(len(wr))
+					for (dur || b.scnt[q]+k <= b.iters) && b.scnt[q]-b.ccnt[q]+k <= tx {
+						n := b.scnt[q]
+						var t int64
+						if !noPeak {
+							t = b.now()
+						}
+						for i := range wr {
+							wr[i].Flags = b.flags
+							wr[i].ID = uint64(q)<<32 | uint64(n+int64(i)+1)
+							if !noPeak {
+								b.tposted[totS+int64(i)] = t
+							}
+						}
+						wr[k-1].Flags |= verbs.SendSignaled
+						if err := qp.PostSend(wr); err != nil {
+							if errors.Is(err, verbs.ErrQueueFull) {
+								break
+							}
+							return st, fmt.Errorf("posting %s: %w", wr[0].Opcode, err)
+						}
+						b.scnt[q] += k
+						totS += k
+						busy = true
+					}
+					continue
+				}
 				for (dur || b.scnt[q] < b.iters) && b.scnt[q]-b.ccnt[q] < tx {
 					n := b.scnt[q]
 					wr[0].Flags = b.flags

@@ -170,6 +170,10 @@ type Options struct {
 	SetGIDIndex bool
 	// IBPort is the device port (-i; 0 means perftest's default, 1).
 	IBPort int
+	// PostList posts work requests in lists of this many, the last one
+	// signaled (-l; bandwidth tests; CQ moderation becomes the list
+	// length, as in perftest).
+	PostList int
 	// Events waits for completions in the driver's blocking wait instead
 	// of spinning (-e, perftest's completion events).
 	Events bool
@@ -451,7 +455,7 @@ func flags(o *Options) []flagSpec {
 		{'R', []string{"rdma_cm"}, false, note("-R (rdma_cm): rdmakit connects its QPs over its own exchange on -p; the measured operations are the same")},
 		{'z', []string{"comm_rdma_cm"}, false, note("-z (comm_rdma_cm): parameters are exchanged over TCP on -p, as without -z")},
 		{'e', []string{"events"}, false, func(o *Options, _ string) error { o.Events = true; return nil }},
-		{'l', []string{"post_list"}, true, noteArg("-l (post list): work requests are posted one at a time", numIn("-l (post list)", 1, maxTx))},
+		{'l', []string{"post_list"}, true, intArg("-l (post list)", 1, maxTx, func(n int64) { o.PostList = int(n) })},
 		{'u', []string{"qp-timeout"}, true, noteArg("-u (QP timeout): rdmakit's transports time out on their own terms (tcp: the connection; shm: none)", numIn("-u (QP timeout)", 0, 31))},
 		{'S', []string{"sl"}, true, noteArg("-S (service level): no effect on rdmakit devices", numIn("-S (service level)", 0, 15))},
 		{'T', []string{"tos"}, true, noteArg("-T (type of service): no effect on rdmakit devices", numIn("-T (type of service)", 0, 256))},
@@ -624,6 +628,15 @@ func (o *Options) check() error {
 	if o.Events && t.Verb == VerbWrite && t.Kind == KindLat {
 		o.Notes = appendNote(o.Notes, "-e (events): write_lat waits for the peer's data in memory, not for completions, so -e changes nothing there")
 	}
+	if o.PostList > 1 && t.Kind == KindLat {
+		return usageErr("-l (post list) is only available in bandwidth tests")
+	}
+	if o.PostList > 1 && o.Iters != 0 && o.Iters%int64(o.PostList) != 0 {
+		return usageErr("-n %d: the number of iterations must be a multiple of the post list (-l %d)", o.Iters, o.PostList)
+	}
+	if o.PostList > 1 && o.CQMod != 0 && o.CQMod != o.PostList {
+		return usageErr("-Q %d: with a post list the CQ moderation is the list length (-l %d); drop -Q", o.CQMod, o.PostList)
+	}
 	if o.OutReads != 0 && t.Verb != VerbRead && t.Verb != VerbAtomic {
 		return usageErr("-o (outstanding reads) is for the read and atomic tests")
 	}
@@ -729,6 +742,9 @@ func (o Options) Args() []string {
 	}
 	if o.Events {
 		a = append(a, "-e")
+	}
+	if o.PostList != 0 {
+		add("-l", o.PostList)
 	}
 	if o.OutReads != 0 {
 		add("-o", o.OutReads)
@@ -852,6 +868,16 @@ func (o Options) resolve(dev verbs.DeviceInfo) (*config, error) {
 		if !o.All && size > cqModLimit {
 			c.cqMod = 1
 		}
+	}
+	if o.PostList > 1 {
+		// perftest: "CQ moderation will be the size of the post list".
+		if c.tx < o.PostList {
+			return nil, usageErr("-l %d needs a tx depth of at least %d (-t %d)", o.PostList, o.PostList, c.tx)
+		}
+		if c.iters%int64(o.PostList) != 0 {
+			return nil, usageErr("the number of iterations (%d) must be a multiple of the post list (-l %d); give -n", c.iters, o.PostList)
+		}
+		c.cqMod = o.PostList
 	}
 	c.cqMod = min(c.cqMod, c.tx)
 	if t.Kind == KindBW && c.iters > noPeakIters || o.NoPeak {
