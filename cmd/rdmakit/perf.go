@@ -52,6 +52,8 @@ the client; --loopback runs both on this host (server as a child process).
                             the IPv4-mapped RoCE v2 GID: perftest's -x)
   -x, --gid-index=N         source GID index (verbs.Options.GIDIndex; RoCE ports)
   -i, --ib-port=N           device port (default 1)
+  -u, --qp-timeout=N        QP local ACK timeout exponent (default 14)
+      --retry_count=N       QP retry count (default 7)
   -N, --noPeak              do not measure BW peak (printed as 0.00)
   -U, --report-unsorted     print every latency sample in the order measured (implies -H)
   -O, --dualport            dual-port mode: refused, rdmakit devices have one port
@@ -65,9 +67,9 @@ the client; --loopback runs both on this host (server as a child process).
   -V, --version             print the version
 
 Accepted for perftest compatibility, with a one-line note on stderr saying
-why they change nothing here: -R/--rdma_cm, -z/--comm_rdma_cm,
--u/--qp-timeout, -S/--sl, -T/--tos, -W/--report-counters,
--C/--report-cycles, --retry_count, --mr_per_qp, --cpu_util, --perform_warm_up. --use_cuda and the other GPU memory flags are refused:
+why they change nothing here: -R/--rdma_cm, -z/--comm_rdma_cm, -S/--sl,
+-T/--tos, -W/--report-counters, -C/--report-cycles, --mr_per_qp, --cpu_util,
+--perform_warm_up. --use_cuda and the other GPU memory flags are refused:
 this build has no GPU support. --run_infinitely is refused (use -D), and so
 are --use-srq, --reversed, --write_with_imm, multicast and rate limits.
 

@@ -70,7 +70,7 @@ func openEndpoint(cfg *config, dev verbs.DeviceInfo) (_ *endpoint, err error) {
 			return nil, fmt.Errorf("allocating a %d-byte region: %w", 2*e.half, err)
 		}
 		e.mrs = append(e.mrs, mr)
-		if err := qp.Modify(verbs.QPAttr{State: verbs.QPInit,
+		if err := qp.Modify(verbs.QPAttr{State: verbs.QPInit, Port: uint8(max(cfg.IBPort, 1)),
 			AccessFlags: verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic}); err != nil {
 			return nil, fmt.Errorf("QP %d to INIT: %w", i, err)
 		}
@@ -104,8 +104,15 @@ func (e *endpoint) connect(remote []qpInfo, peerIP net.IP) error {
 			return fmt.Errorf("QP %d to RTR: %w", i, err)
 		}
 	}
+	timeout, retry := uint8(14), uint8(7) // perftest's defaults
+	if e.cfg.SetQPTimeout {
+		timeout = uint8(e.cfg.QPTimeout)
+	}
+	if e.cfg.SetRetryCount {
+		retry = uint8(e.cfg.RetryCount)
+	}
 	for i, qp := range e.qps {
-		if err := qp.Modify(verbs.QPAttr{State: verbs.QPRTS, SQPSN: e.psns[i], Timeout: 14, RetryCount: 7,
+		if err := qp.Modify(verbs.QPAttr{State: verbs.QPRTS, SQPSN: e.psns[i], Timeout: timeout, RetryCount: retry,
 			RNRRetry: 7, MaxRdAtomic: uint8(e.cfg.outReads)}); err != nil {
 			return fmt.Errorf("QP %d to RTS: %w", i, err)
 		}

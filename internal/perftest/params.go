@@ -170,6 +170,14 @@ type Options struct {
 	SetGIDIndex bool
 	// IBPort is the device port (-i; 0 means perftest's default, 1).
 	IBPort int
+	// QPTimeout is the QP's local ACK timeout exponent (-u; perftest's
+	// default 14 unless SetQPTimeout) and RetryCount its retry count
+	// (--retry_count; 7 unless SetRetryCount): verbs.QPAttr's Timeout and
+	// RetryCount at RTS, which the transport applies as it can.
+	QPTimeout     int
+	SetQPTimeout  bool
+	RetryCount    int
+	SetRetryCount bool
 	// PostList posts work requests in lists of this many, the last one
 	// signaled (-l; bandwidth tests; CQ moderation becomes the list
 	// length, as in perftest).
@@ -456,11 +464,11 @@ func flags(o *Options) []flagSpec {
 		{'z', []string{"comm_rdma_cm"}, false, note("-z (comm_rdma_cm): parameters are exchanged over TCP on -p, as without -z")},
 		{'e', []string{"events"}, false, func(o *Options, _ string) error { o.Events = true; return nil }},
 		{'l', []string{"post_list"}, true, intArg("-l (post list)", 1, maxTx, func(n int64) { o.PostList = int(n) })},
-		{'u', []string{"qp-timeout"}, true, noteArg("-u (QP timeout): rdmakit's transports time out on their own terms (tcp: the connection; shm: none)", numIn("-u (QP timeout)", 0, 31))},
+		{'u', []string{"qp-timeout"}, true, intArg("-u (QP timeout)", 0, 31, func(n int64) { o.QPTimeout, o.SetQPTimeout = int(n), true })},
 		{'S', []string{"sl"}, true, noteArg("-S (service level): no effect on rdmakit devices", numIn("-S (service level)", 0, 15))},
 		{'T', []string{"tos"}, true, noteArg("-T (type of service): no effect on rdmakit devices", numIn("-T (type of service)", 0, 256))},
 		{'W', []string{"report-counters"}, true, noteArg("-W (report counters): rdmakit devices have no performance counters to report", nil)},
-		{0, []string{"retry_count"}, true, noteArg("--retry_count: rdmakit's transports do not retransmit at the RDMA level (tcp is reliable); no effect", numIn("--retry_count", 0, 7))},
+		{0, []string{"retry_count"}, true, intArg("--retry_count", 0, 7, func(n int64) { o.RetryCount, o.SetRetryCount = int(n), true })},
 		{0, []string{"mr_per_qp"}, false, note("--mr_per_qp: rdmakit always registers one memory region per QP")},
 		{0, []string{"cpu_util"}, false, note("--cpu_util: CPU utilization is not reported")},
 		{0, []string{"perform_warm_up"}, false, note("--perform_warm_up: bandwidth tests always warm up (-t signaled operations per QP), as documented in docs/perf.md")},
@@ -745,6 +753,12 @@ func (o Options) Args() []string {
 	}
 	if o.PostList != 0 {
 		add("-l", o.PostList)
+	}
+	if o.SetQPTimeout {
+		add("-u", o.QPTimeout)
+	}
+	if o.SetRetryCount {
+		add("--retry_count", o.RetryCount)
 	}
 	if o.OutReads != 0 {
 		add("-o", o.OutReads)
