@@ -5,6 +5,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -173,6 +174,20 @@ func TestCollPerfFormat(t *testing.T) {
 	}
 	if rows := strings.Count(out, "\n           8 "); rows != 2 {
 		t.Errorf("-N 2: %d rows, want 2:\n%s", rows, out)
+	}
+
+	// --csv (nccl-tests' -F/--output_file): one line per row; and
+	// NCCL_TESTS_MIN_BW judges the average bus bandwidth.
+	csv := filepath.Join(t.TempDir(), "r.csv")
+	cmd := reexec.Command("rdmakit", []string{"coll-perf", "all_gather", "-b", "1K", "-e", "4K", "-f", "2", "-n", "1", "-w", "0", "--csv", csv, "--ranks", "2"}, "NCCL_TESTS_MIN_BW=1e9")
+	out, errOut, code = wait(t, cmd, nil)
+	if code != 1 || !regexp.MustCompile(`(?m)^# Avg bus bandwidth    : \S+ FAILED$`).MatchString(out) {
+		t.Errorf("NCCL_TESTS_MIN_BW=1e9: exit %d, want 1 and FAILED:\n%s%s", code, out, errOut)
+	}
+	b, err := os.ReadFile(csv)
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if err != nil || len(lines) != 4 || !strings.HasPrefix(lines[0], "collective,size,count,type,redop,root,oop_time_us,") || !strings.HasPrefix(lines[1], "all_gather,1024,128,float,none,-1,") {
+		t.Errorf("csv %v:\n%s", err, b)
 	}
 }
 
