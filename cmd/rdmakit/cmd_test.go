@@ -46,6 +46,11 @@ func TestPerfLoopback(t *testing.T) {
 		{"perf", "ib_read_lat", "--loopback", "-n", "300"},
 		{"perf", "send_lat", "--loopback", "-n", "100", "-d", "tcp0"},
 		{"perf", "atomic_bw", "--loopback", "-n", "300", "-A", "CMP_AND_SWAP", "--report_gbits"},
+		// -e: completions by the driver's blocking wait.
+		{"perf", "send_bw", "--loopback", "-n", "300", "-e", "-d", "tcp0"},
+		{"perf", "read_lat", "--loopback", "-n", "100", "-e", "-o", "4"},
+		// -l: lists of work requests.
+		{"perf", "write_bw", "--loopback", "-n", "400", "-l", "8", "-d", "tcp0"},
 	} {
 		out, errOut, code := rdmakit(t, args...)
 		if code != 0 || errOut != "" {
@@ -73,7 +78,7 @@ func TestPerfErrors(t *testing.T) {
 		want string
 	}{
 		{[]string{"perf", "write_bw", "--bogus"}, 2, "rdmakit perf: unknown flag --bogus"},
-		{[]string{"perf", "write_bw", "-x"}, 2, "rdmakit perf: unknown flag -x"},
+		{[]string{"perf", "write_bw", "-Y"}, 2, "rdmakit perf: unknown flag -Y"},
 		{[]string{"perf", "write_foo"}, 2, "unknown test \"write_foo\""},
 		{[]string{"perf", "write_bw", "-s", "3G", "--loopback"}, 2, "message size 3221225472 is too large"},
 		{[]string{"perf", "write_bw", "-c", "UD"}, 2, "connection type UD is not supported"},

@@ -10,10 +10,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 
+	"github.com/rdmakit/rdmakit/internal/cli"
 	"github.com/rdmakit/rdmakit/internal/perftest"
 )
 
@@ -51,6 +50,32 @@ the client; --loopback runs both on this host (server as a child process).
       --perftest-wire       speak perftest 4.5's own exchange: write_bw and send_bw
                             against ib_write_bw/ib_send_bw (ibverbs devices, RoCE;
                             the IPv4-mapped RoCE v2 GID: perftest's -x)
+  -x, --gid-index=N         source GID index (verbs.Options.GIDIndex; RoCE ports)
+  -i, --ib-port=N           device port (default 1)
+  -u, --qp-timeout=N        QP local ACK timeout exponent (default 14)
+      --retry_count=N       QP retry count (default 7)
+  -N, --noPeak              do not measure BW peak (printed as 0.00)
+  -U, --report-unsorted     print every latency sample in the order measured (implies -H)
+  -O, --dualport            dual-port mode: refused, rdmakit devices have one port
+  -e, --events              sleep in the driver for completions instead of polling
+  -o, --outs=N              outstanding reads and atomics per QP (read, atomic; default 16)
+  -f, --margin=S            warm-up and cool-down of a -D run (default -D/4)
+  -l, --post_list=N         post lists of N work requests, the last signaled (bw; -Q becomes N)
+      --output=WHAT         print only bandwidth, message_rate or latency (t_avg), no header
+      --report-both         with -b, print each direction's result before the sum
+  -j, --source_ip=IP        the client's exchange connection comes from IP
+  -V, --version             print the version
+
+Accepted for perftest compatibility, with a one-line note on stderr saying
+why they change nothing here: -R/--rdma_cm, -z/--comm_rdma_cm, -S/--sl,
+-T/--tos, -W/--report-counters, -C/--report-cycles, --mr_per_qp, --cpu_util,
+--perform_warm_up. --use_cuda and the other GPU memory flags are refused:
+this build has no GPU support. --run_infinitely is refused (use -D), and so
+are --use-srq, --reversed, --write_with_imm, multicast and rate limits.
+
+Also installed as ib_send_bw ... ib_atomic_lat: 'rdmakit ib_write_bw ...' or
+a symlink named ib_write_bw runs 'rdmakit perf write_bw ...'.
+Exit status: 0 success, 1 failure, 2 usage error, 128+N on signal N.
 `
 
 func runPerf(args []string) int {
@@ -59,17 +84,25 @@ func runPerf(args []string) int {
 		fmt.Print(perfUsage)
 		return 0
 	}
+	if errors.Is(err, perftest.ErrVersion) {
+		fmt.Println(version())
+		return 0
+	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "rdmakit perf: %s\n", strings.TrimPrefix(err.Error(), perftest.ErrUsage.Error()+": "))
 		return 2
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	for _, n := range o.Notes {
+		fmt.Fprintf(os.Stderr, "rdmakit perf: note: %s\n", n)
+	}
+	sigs := cli.NotifySignals(context.Background())
+	defer sigs.Stop()
+	ctx := context.Context(sigs)
 	env := perftest.Env{Progress: perftest.IsTerminal(os.Stderr)}
 	if err := perftest.Run(ctx, o, env); err != nil {
 		if ctx.Err() != nil {
-			fmt.Fprintln(os.Stderr, "rdmakit perf: interrupted")
-			return 130
+			fmt.Fprintf(os.Stderr, "rdmakit perf: interrupted (%v)\n", sigs.Signal())
+			return sigs.Status()
 		}
 		msg := strings.TrimPrefix(err.Error(), perftest.ErrUsage.Error()+": ")
 		fmt.Fprintf(os.Stderr, "rdmakit perf: %s\n", msg)

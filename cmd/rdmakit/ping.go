@@ -18,10 +18,9 @@ import (
 	"io"
 	"net"
 	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
+	"github.com/rdmakit/rdmakit/internal/cli"
 	"github.com/rdmakit/rdmakit/verbs"
 )
 
@@ -101,14 +100,19 @@ func runPing(args []string) int {
 		}
 		ip = ips[0]
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	sigs := cli.NotifySignals(context.Background())
+	defer sigs.Stop()
+	ctx := context.Context(sigs)
 	p := &pinger{ip: ip, port: uint16(*port), count: *count, size: *size, verbose: *verbose, dev: *dev}
 	var err error
 	if *server {
 		err = p.serve(ctx)
 	} else {
 		err = p.ping(ctx)
+	}
+	if st := sigs.Status(); st != 0 {
+		// rping stops on a signal too; say so in the exit status.
+		return st
 	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "rdmakit ping: %v\n", err)

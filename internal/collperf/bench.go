@@ -23,6 +23,10 @@ type collBench struct {
 	send, recv []byte
 	param      int
 	inPlace    bool
+	// agg is the number of collectives per timed iteration (-m);
+	// blocking adds a barrier after each collective (-z).
+	agg      int
+	blocking bool
 }
 
 // run issues the collective once.
@@ -81,13 +85,19 @@ func (b *collBench) time(ctx context.Context, warmup, iters int) (float64, error
 	if err := b.c.Barrier(ctx); err != nil {
 		return 0, err
 	}
+	agg := max(b.agg, 1)
 	t0 := time.Now()
-	for i := 0; i < iters; i++ {
+	for i := 0; i < iters*agg; i++ {
 		if err := b.run(ctx); err != nil {
 			return 0, err
 		}
+		if b.blocking {
+			if err := b.c.Barrier(ctx); err != nil {
+				return 0, err
+			}
+		}
 	}
-	return time.Since(t0).Seconds() / float64(iters), nil
+	return time.Since(t0).Seconds() / float64(iters*agg), nil
 }
 
 // collValue is element i of rank r's input: distinct per rank and index,

@@ -24,9 +24,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
-	"flag"
 	"fmt"
-	"github.com/rdmakit/rdmakit/internal/reexec"
 	"io"
 	"math"
 	"os"
@@ -40,6 +38,8 @@ import (
 	"time"
 
 	"github.com/rdmakit/rdmakit/coll"
+	"github.com/rdmakit/rdmakit/internal/cli"
+	"github.com/rdmakit/rdmakit/internal/reexec"
 )
 
 // Summary is the one-line description of the command.
@@ -95,124 +95,77 @@ var collAliases = map[string]string{
 	"bcast": "broadcast", "all_to_all": "alltoall", "send_recv": "sendrecv",
 }
 
-type collPerfFlags struct {
-	minBytes, maxBytes, stepBytes int
-	stepFactor                    int
-	iters, warmup, check, average int
-	ops, types                    string
-	root                          int
-	ranks                         int
-	timeout                       time.Duration
-	opts                          coll.Options
-}
+// envChild marks the rank processes coll-perf --ranks starts (they take
+// the launcher's command line, -t and -g included).
+const envChild = "RDMAKIT_COLL_PERF_CHILD"
 
 // Main runs coll-perf with args (those after the command name) and returns
-// the exit status: 0 success, 1 failure (or wrong results), 2 usage.
-// With --ranks N it runs this program again as N rank processes with the
-// same command line, in the role "rdmakit" of internal/reexec (which
+// the exit status: 0 success, 1 failure (or wrong results), 2 usage,
+// 128+N when ended by signal N.
+// With --ranks N (or -t/-g, nccl-tests' threads and GPUs, which are ranks
+// here) it runs this program again as N rank processes with the same
+// command line, in the role "rdmakit" of internal/reexec (which
 // cmd/rdmakit registers: a command line of rdmakit).
 func Main(args []string) int {
 	cmdline := append([]string{"coll-perf"}, args...) // for rank processes
-	fs := flag.NewFlagSet("coll-perf", flag.ContinueOnError)
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: rdmakit coll-perf all_reduce|all_gather|reduce_scatter|broadcast|reduce|alltoall|sendrecv [flags]\n\n")
-		fmt.Fprintf(fs.Output(), "nccl-tests-compatible flags and output. Ranks come from mpirun, torchrun-style, srun or\nKubernetes environments, or from --ranks N (local processes).\n\n")
-		fs.PrintDefaults()
+	p, err := parseFlags(args)
+	switch {
+	case errors.Is(err, errHelp):
+		printUsage(os.Stdout)
+		return cli.ExitOK
+	case errors.Is(err, errVersion):
+		fmt.Println(cli.Version())
+		return cli.ExitOK
+	case err != nil:
+		fmt.Fprintf(os.Stderr, "coll-perf: %v\n", err)
+		return cli.ExitUsage
 	}
-	var p collPerfFlags
-	var minB, maxB, stepB, algo, chunk string
-	fs.StringVar(&minB, "b", "32M", "minimum size in bytes (K, M, G suffixes)")
-	fs.StringVar(&maxB, "e", "32M", "maximum size in bytes")
-	fs.StringVar(&stepB, "i", "1M", "increment between sizes, when -f is 1")
-	fs.IntVar(&p.stepFactor, "f", 1, "multiplication factor between sizes (1: add -i)")
-	fs.IntVar(&p.iters, "n", 20, "timed iterations")
-	fs.IntVar(&p.warmup, "w", 1, "warm-up iterations")
-	fs.IntVar(&p.check, "c", 1, "check results (number of checks, 0: off)")
-	fs.StringVar(&p.ops, "o", "sum", "reduction: sum, prod, min, max, avg or all")
-	fs.StringVar(&p.types, "d", "float", "data type: int8, uint8, int32, uint32, int64, uint64, half, bfloat16, float, double or all")
-	fs.IntVar(&p.root, "r", 0, "root of broadcast and reduce (-1: every rank in turn)")
-	fs.IntVar(&p.average, "a", 1, "time reported across ranks: 0 rank 0, 1 average, 2 minimum, 3 maximum")
-	fs.IntVar(&p.ranks, "ranks", 0, "start this many local rank processes (when no launcher provides ranks)")
-	fs.DurationVar(&p.timeout, "T", 0, "collective timeout (default: RDMAKIT_COLL_TIMEOUT or 5m)")
-	fs.StringVar(&p.opts.Transport, "transport", "", "force the transport between all ranks: shm, tcp or ibverbs (default: RDMAKIT_COLL_TRANSPORT or auto)")
-	fs.StringVar(&p.opts.HCA, "hca", "", "RDMA devices to use, as NCCL_IB_HCA: mlx5_0, mlx5_0:1, =mlx5_0, ^mlx5_1, lists (default: RDMAKIT_COLL_HCA, NCCL_IB_HCA or all)")
-	fs.StringVar(&p.opts.GIDIndex, "gid-index", "", "RoCE GID index (default: RDMAKIT_COLL_GID_INDEX, NCCL_IB_GID_INDEX or auto)")
-	fs.StringVar(&algo, "algo", "", "force the algorithm: ring or tree (default: RDMAKIT_COLL_ALGO or auto)")
-	fs.IntVar(&p.opts.Channels, "channels", 0, "channels (QPs) per peer (default: RDMAKIT_COLL_CHANNELS or 2)")
-	fs.StringVar(&chunk, "chunk", "", "pipeline chunk size in bytes (default: RDMAKIT_COLL_CHUNK or 256K)")
-	var cpuProfile string
-	fs.StringVar(&cpuProfile, "cpuprofile", "", "write rank 0's CPU profile to this file")
-	var name string
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		name, args = args[0], args[1:]
-	}
-	if err := fs.Parse(args); err != nil {
-		return 2
-	}
-	if name == "" && fs.NArg() > 0 {
-		name = fs.Arg(0)
-	}
-	name = strings.TrimSuffix(strings.ToLower(name), "_perf")
-	if a, ok := collAliases[name]; ok {
-		name = a
-	}
-	test, ok := collTests[name]
-	if !ok {
-		fs.Usage()
-		return 2
-	}
-	var err error
-	for _, s := range []struct {
-		v   *int
-		str string
-	}{{&p.minBytes, minB}, {&p.maxBytes, maxB}, {&p.stepBytes, stepB}} {
-		if *s.v, err = coll.ParseSize(s.str); err != nil {
-			fmt.Fprintln(os.Stderr, "coll-perf:", err)
-			return 2
-		}
-	}
-	if chunk != "" {
-		if p.opts.ChunkSize, err = coll.ParseSize(chunk); err != nil {
-			fmt.Fprintln(os.Stderr, "coll-perf:", err)
-			return 2
-		}
-	}
-	if p.opts.Algorithm, err = coll.ParseAlgorithm(algo); err != nil {
-		fmt.Fprintln(os.Stderr, "coll-perf:", err)
-		return 2
-	}
-	p.opts.Timeout = p.timeout
-	if _, err := p.opts.Resolve(); err != nil {
-		fmt.Fprintln(os.Stderr, "coll-perf:", err)
-		return 2
-	}
-	if p.minBytes > p.maxBytes || p.iters < 1 || p.warmup < 0 || (p.stepFactor <= 1 && p.stepBytes <= 0) {
-		fmt.Fprintln(os.Stderr, "coll-perf: bad size range or iteration counts")
-		return 2
-	}
+	test := collTests[p.name]
+	child := os.Getenv(envChild) != ""
+	perProc := p.nThreads * p.nGpus
 
 	launch, err := coll.DetectLaunch()
 	switch {
-	case errors.Is(err, coll.ErrNoLauncher) && p.ranks > 1:
-		return collLaunchRanks(p.ranks, cmdline)
 	case errors.Is(err, coll.ErrNoLauncher):
+		n := max(p.ranks, 1) * perProc
+		for _, note := range p.notes {
+			fmt.Fprintf(os.Stderr, "coll-perf: note: %s\n", note)
+		}
+		if n > 1 {
+			if err := checkRanks(n, &p); err != nil {
+				fmt.Fprintf(os.Stderr, "coll-perf: %v\n", err)
+				return cli.ExitUsage
+			}
+			return collLaunchRanks(n, cmdline)
+		}
 		launch = coll.Launch{Launcher: "single", NRanks: 1, LocalRank: 0, Addr: "127.0.0.1:0"}
 	case err != nil:
 		fmt.Fprintln(os.Stderr, "coll-perf:", err)
-		return 2
+		return cli.ExitUsage
+	case perProc > 1 && !child:
+		fmt.Fprintf(os.Stderr, "coll-perf: -t %d -g %d: under a launcher (%s) every process is one rank; start more processes instead\n", p.nThreads, p.nGpus, launch.Launcher)
+		return cli.ExitUsage
+	case !child && launch.Rank == 0:
+		for _, note := range p.notes {
+			fmt.Fprintf(os.Stderr, "coll-perf: note: %s\n", note)
+		}
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	sigs := cli.NotifySignals(context.Background())
+	defer sigs.Stop()
+	ctx := context.Context(sigs)
 	c, err := coll.InitLaunch(ctx, launch, &p.opts)
 	if err != nil {
+		if st := sigs.Status(); st != 0 {
+			return st
+		}
 		fmt.Fprintf(os.Stderr, "coll-perf: rank %d: %v\n", launch.Rank, err)
-		return 1
+		return cli.ExitFailure
 	}
 	out := io.Writer(os.Stdout)
 	if c.Rank() != 0 {
 		out = io.Discard
-	} else if cpuProfile != "" {
-		f, err := os.Create(cpuProfile)
+	} else if p.cpuProfile != "" {
+		f, err := os.Create(p.cpuProfile)
 		if err == nil {
 			err = pprof.StartCPUProfile(f)
 		}
@@ -220,7 +173,7 @@ func Main(args []string) int {
 			fmt.Fprintln(os.Stderr, "coll-perf:", err)
 			c.Abort("coll-perf failed")
 			c.Close()
-			return 1
+			return cli.ExitFailure
 		}
 		defer f.Close()
 		defer pprof.StopCPUProfile()
@@ -230,6 +183,9 @@ func Main(args []string) int {
 		c.Abort("coll-perf failed")
 	}
 	c.Close()
+	if st := sigs.Status(); st != 0 {
+		return st
+	}
 	return code
 }
 
@@ -245,7 +201,7 @@ func collLaunchRanks(n int, cmdline []string) int {
 	}
 	cmds := make([]*exec.Cmd, n)
 	for i := range cmds {
-		cmd := reexec.Command("rdmakit", cmdline,
+		cmd := reexec.Command("rdmakit", cmdline, envChild+"=1",
 			coll.EnvID+"="+id.String(), coll.EnvRank+"="+strconv.Itoa(i), coll.EnvNRanks+"="+strconv.Itoa(n))
 		if i == 0 {
 			cmd.Stdout = os.Stdout
@@ -291,10 +247,13 @@ func collLaunchRanks(n int, cmdline []string) int {
 	go func() { wg.Wait(); close(done) }()
 	select {
 	case <-done:
-	case <-sigs:
+	case sig := <-sigs:
 		killAll()
 		<-done
-		return 130
+		if ss, ok := sig.(syscall.Signal); ok {
+			return cli.SignalStatus(ss)
+		}
+		return cli.SignalStatus(syscall.SIGINT)
 	case i := <-failed:
 		// The others notice the failure through the communicator; give
 		// them a moment to report it, then make sure they are gone.
@@ -373,72 +332,109 @@ func collRun(ctx context.Context, c *coll.Comm, t collTest, p *collPerfFlags, ou
 	if p.stepFactor > 1 {
 		step, stepKind = p.stepFactor, "factor"
 	}
-	fmt.Fprintf(out, "# rdmakit coll-perf (nccl-tests format)\n")
+	fmt.Fprintf(out, "# nccl-tests version rdmakit-%s nccl-headers=0 nccl-library=0\n", cli.VersionToken())
 	fmt.Fprintf(out, "# Collective test starting: %s\n", prog)
-	fmt.Fprintf(out, "# nThread 1 nGpus 1 minBytes %d maxBytes %d step: %d(%s) warmup iters: %d iters: %d agg iters: 1 validation: %d graph: 0 unalign: 0\n",
-		p.minBytes, p.maxBytes, step, stepKind, p.warmup, p.iters, p.check)
+	fmt.Fprintf(out, "# nThread %d nGpus %d minBytes %d maxBytes %d step: %d(%s) warmup iters: %d iters: %d agg iters: %d validation: %d graph: %d unalign: 0\n",
+		p.nThreads, p.nGpus, p.minBytes, p.maxBytes, step, stepKind, p.warmup, p.iters, p.aggIters, p.check, 0)
+	if p.blocking != 0 {
+		fmt.Fprintf(out, "# Blocking Enabled: wait for completion and barrier after each collective \n")
+	}
+	if p.parallelInit != 0 {
+		fmt.Fprintf(out, "# Parallel Init Enabled: threads call into NcclInitRank concurrently \n")
+	}
 	fmt.Fprintf(out, "#\n# Using devices\n")
 	if err := collRankLines(ctx, c, out); err != nil {
 		fmt.Fprintln(os.Stderr, "coll-perf:", err)
 		return 1
 	}
+	timeStr := "time"
+	if p.cpuTime != 0 {
+		timeStr = "cputime"
+	}
 	fmt.Fprintf(out, "#\n")
 	fmt.Fprintf(out, "# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          \n", "", "", "", "", "")
 	fmt.Fprintf(out, "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s \n", "size", "count", "type", "redop", "root",
-		"time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong")
+		timeStr, "algbw", "busbw", "#wrong", timeStr, "algbw", "busbw", "#wrong")
 	fmt.Fprintf(out, "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s \n", "(B)", "(elements)", "", "", "",
 		"(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "")
 
+	var csv *os.File
+	if p.csv != "" && c.Rank() == 0 {
+		f, err := os.Create(p.csv)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "coll-perf:", err)
+			return 1
+		}
+		defer f.Close()
+		csv = f
+		fmt.Fprintf(csv, "collective,size,count,type,redop,root,oop_%s_us,oop_algbw_GBps,oop_busbw_GBps,oop_wrong,ip_%s_us,ip_algbw_GBps,ip_busbw_GBps,ip_wrong\n", timeStr, timeStr)
+	}
+
 	bw, bwN, wrongTotal := 0.0, 0, int64(0)
-	for _, dt := range types {
-		for _, op := range ops {
-			for _, root := range roots {
-				for size := p.minBytes; size <= p.maxBytes; {
-					es := dt.Size()
-					sc, rc, pc := t.counts(size, es, n)
-					opName := "none"
-					if t.reduce {
-						opName = op.String()
-					}
-					fmt.Fprintf(out, "%12d  %12d  %8s  %6s  %6d", max(sc, rc)*es, pc, dt.NCCLName(), opName, root)
-					for _, inPlace := range []bool{false, true} {
-						b := collBench{c: c, t: t, dt: dt, op: op, root: max(root, 0), send: send[:sc*es], recv: recv[:rc*es], param: pc, inPlace: inPlace}
-						sec, err := b.time(ctx, p.warmup, p.iters)
-						if err == nil {
-							sec, err = collAggregate(ctx, c, scratch, sec, p.average)
+	for cycle := 0; p.runCycles == 0 || cycle < p.runCycles; cycle++ {
+		if ctx.Err() != nil {
+			return 1
+		}
+		for _, dt := range types {
+			for _, op := range ops {
+				for _, root := range roots {
+					for size := p.minBytes; size <= p.maxBytes; {
+						es := dt.Size()
+						sc, rc, pc := t.counts(size, es, n)
+						opName := "none"
+						if t.reduce {
+							opName = op.String()
 						}
-						var wrong int64
-						for k := 0; err == nil && k < p.check; k++ {
-							var w int64
-							if w, err = b.verify(ctx); err == nil {
-								w, err = collSumAll(ctx, c, scratch, w)
+						fmt.Fprintf(out, "%12d  %12d  %8s  %6s  %6d", max(sc, rc)*es, pc, dt.NCCLName(), opName, root)
+						if csv != nil {
+							fmt.Fprintf(csv, "%s,%d,%d,%s,%s,%d", t.name, max(sc, rc)*es, pc, dt.NCCLName(), opName, root)
+						}
+						for _, inPlace := range []bool{false, true} {
+							b := collBench{c: c, t: t, dt: dt, op: op, root: max(root, 0), send: send[:sc*es], recv: recv[:rc*es], param: pc, inPlace: inPlace,
+								agg: p.aggIters, blocking: p.blocking != 0}
+							sec, err := b.time(ctx, p.warmup, p.iters)
+							if err == nil {
+								sec, err = collAggregate(ctx, c, scratch, sec, p.average)
 							}
-							wrong += w
+							var wrong int64
+							for k := 0; err == nil && k < p.check; k++ {
+								var w int64
+								if w, err = b.verify(ctx); err == nil {
+									w, err = collSumAll(ctx, c, scratch, w)
+								}
+								wrong += w
+							}
+							if err != nil {
+								fmt.Fprintf(out, "\n")
+								fmt.Fprintf(os.Stderr, "coll-perf: rank %d: %s %s %s size %d: %v\n", c.Rank(), t.name, dt, op, size, err)
+								return 1
+							}
+							algbw := t.algbytes(pc, es, n) / 1e9 / sec
+							busbw := algbw * t.factor(n)
+							if pc == 0 {
+								algbw, busbw = 0, 0
+							}
+							wrongStr := "N/A"
+							if p.check > 0 {
+								wrongStr = strconv.FormatFloat(float64(wrong), 'g', -1, 64)
+							}
+							fmt.Fprintf(out, "  %7s  %6s  %6s  %6s", ncclFloatStr(sec*1e6, 7), ncclFloatStr(algbw, 6), ncclFloatStr(busbw, 6), wrongStr)
+							if csv != nil {
+								fmt.Fprintf(csv, ",%g,%g,%g,%s", sec*1e6, algbw, busbw, wrongStr)
+							}
+							wrongTotal += wrong
+							bw += busbw
+							bwN++
 						}
-						if err != nil {
-							fmt.Fprintf(out, "\n")
-							fmt.Fprintf(os.Stderr, "coll-perf: rank %d: %s %s %s size %d: %v\n", c.Rank(), t.name, dt, op, size, err)
-							return 1
+						fmt.Fprintf(out, "\n")
+						if csv != nil {
+							fmt.Fprintf(csv, "\n")
 						}
-						algbw := t.algbytes(pc, es, n) / 1e9 / sec
-						busbw := algbw * t.factor(n)
-						if pc == 0 {
-							algbw, busbw = 0, 0
-						}
-						if p.check > 0 {
-							fmt.Fprintf(out, "  %7s  %6s  %6s  %6s", ncclFloatStr(sec*1e6, 7), ncclFloatStr(algbw, 6), ncclFloatStr(busbw, 6), strconv.FormatFloat(float64(wrong), 'g', -1, 64))
+						if p.stepFactor > 1 {
+							size *= p.stepFactor
 						} else {
-							fmt.Fprintf(out, "  %7s  %6s  %6s    N/A", ncclFloatStr(sec*1e6, 7), ncclFloatStr(algbw, 6), ncclFloatStr(busbw, 6))
+							size += p.stepBytes
 						}
-						wrongTotal += wrong
-						bw += busbw
-						bwN++
-					}
-					fmt.Fprintf(out, "\n")
-					if p.stepFactor > 1 {
-						size *= p.stepFactor
-					} else {
-						size += p.stepBytes
 					}
 				}
 			}
@@ -452,14 +448,65 @@ func collRun(ctx context.Context, c *coll.Comm, t collTest, p *collPerfFlags, ou
 	if errs > 0 {
 		status = "FAILED"
 	}
+	avg := bw / float64(max(bwN, 1))
+	// NCCL_TESTS_MIN_BW, as nccl-tests: fail below 90% of it.
+	minBW, bwStatus := -1.0, ""
+	if v := os.Getenv("NCCL_TESTS_MIN_BW"); v != "" {
+		if f, err := strconv.ParseFloat(v, 64); err == nil {
+			minBW, bwStatus = f, "OK"
+			if avg < 0.9*minBW {
+				bwStatus = "FAILED"
+			}
+		}
+	}
 	fmt.Fprintf(out, "# %-20s : %d %s\n", "Out of bounds values", errs, status)
-	fmt.Fprintf(out, "# %-20s : %g \n", "Avg bus bandwidth", bw/float64(max(bwN, 1)))
+	fmt.Fprintf(out, "# %-20s : %s %s\n", "Avg bus bandwidth", cFloatG(avg), bwStatus)
 	fmt.Fprintf(out, "#\n")
 	fmt.Fprintf(out, "# Collective test concluded: %s\n", prog)
-	if errs > 0 {
+	if errs > 0 || bwStatus == "FAILED" {
 		return 1
 	}
 	return 0
+}
+
+// cFloatG formats v as C's printf %g: 6 significant digits, trailing
+// zeros dropped, exponent form below 1e-4 and from 1e6 (two-digit
+// exponent at least).
+func cFloatG(v float64) string {
+	if v == 0 || math.IsNaN(v) || math.IsInf(v, 0) {
+		switch {
+		case math.IsNaN(v):
+			return "nan"
+		case math.IsInf(v, 1):
+			return "inf"
+		case math.IsInf(v, -1):
+			return "-inf"
+		}
+		return "0"
+	}
+	exp := int(math.Floor(math.Log10(math.Abs(v))))
+	// Rounding to 6 digits may carry into the next power of ten.
+	if r, _ := strconv.ParseFloat(strconv.FormatFloat(v, 'e', 5, 64), 64); r != 0 {
+		exp = int(math.Floor(math.Log10(math.Abs(r))))
+	}
+	if exp < -4 || exp >= 6 {
+		s := strconv.FormatFloat(v, 'e', 5, 64)
+		mant, e, _ := strings.Cut(s, "e")
+		if strings.Contains(mant, ".") {
+			mant = strings.TrimRight(strings.TrimRight(mant, "0"), ".")
+		}
+		sign := e[0]
+		digits := strings.TrimLeft(e[1:], "0")
+		for len(digits) < 2 {
+			digits = "0" + digits
+		}
+		return mant + "e" + string(sign) + digits
+	}
+	s := strconv.FormatFloat(v, 'f', max(5-exp, 0), 64)
+	if strings.Contains(s, ".") {
+		s = strings.TrimRight(strings.TrimRight(s, "0"), ".")
+	}
+	return s
 }
 
 // ncclFloatStr formats like nccl-tests' getFloatStr: as many decimals as the

@@ -85,8 +85,8 @@ func TestRunGoroutineRanks(t *testing.T) {
 				t.Fatal(err)
 			}
 			const n = 3
-			p := &collPerfFlags{minBytes: 1024, maxBytes: 64 << 10, stepFactor: 8, iters: 2, warmup: 1, check: 1, average: 1,
-				ops: "sum", types: "float", root: -1}
+			p := defaultFlags()
+			p.minBytes, p.maxBytes, p.stepFactor, p.iters, p.warmup, p.root = 1024, 64<<10, 8, 2, 1, -1
 			opts := coll.Options{Timeout: 20 * time.Second, BootstrapTimeout: 20 * time.Second, Transport: "shm"}
 			var wg sync.WaitGroup
 			codes := make([]int, n)
@@ -106,7 +106,7 @@ func TestRunGoroutineRanks(t *testing.T) {
 					if r == 0 {
 						w = &out
 					}
-					codes[r] = collRun(context.Background(), c, collTests[name], p, w)
+					codes[r] = collRun(context.Background(), c, collTests[name], &p, w)
 				}()
 			}
 			wg.Wait()

@@ -7,6 +7,7 @@ package perftest
 // run's goroutine; nothing in the loop allocates.
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -30,10 +31,62 @@ type bwLoop struct {
 	scnt  []int64
 	ccnt  []int64
 	wcs   []verbs.WorkCompletion
+	// With -e, completions a blocking wait returned (evN of them, from
+	// evCQ) are handed to the next poll of that CQ.
+	evWCs []verbs.WorkCompletion
+	evN   int
+	evCQ  *verbs.CQ
 
 	epoch      time.Time
 	tposted    []int64 // ns since epoch of each post (unless noPeak)
 	tcompleted []int64 // ns since epoch each work request was known complete
+}
+
+// poll polls cq into b.wcs, first handing over what a blocking wait (-e)
+// took from it.
+func (b *bwLoop) poll(cq *verbs.CQ) (int, error) {
+	if b.evN > 0 && b.evCQ == cq {
+		n := copy(b.wcs, b.evWCs[:b.evN])
+		b.evN = 0
+		return n, nil
+	}
+	return cq.Poll(b.wcs)
+}
+
+// block is -e (events): with nothing to post and nothing completed, sleep
+// in the driver's blocking wait on the CQ this side consumes (the send
+// CQ, or the receive CQ of a passive send_bw side) instead of spinning,
+// as perftest waits for a completion event. It wakes at least every
+// eventSlice to let the loop check on the peer and the clock.
+func (b *bwLoop) block() error {
+	if b.evN > 0 {
+		return nil
+	}
+	cq := b.e.scq
+	if !b.send {
+		cq = b.e.rcq
+	}
+	if b.evWCs == nil {
+		b.evWCs = make([]verbs.WorkCompletion, len(b.wcs))
+	}
+	n, err := eventWait(b.w.ctx, cq, b.evWCs)
+	b.evN, b.evCQ = n, cq
+	return err
+}
+
+// eventSlice bounds one blocking wait of -e.
+const eventSlice = 20 * time.Millisecond
+
+// eventWait waits in the driver (no spinning) up to eventSlice for
+// completions of cq; a timeout is no error.
+func eventWait(ctx context.Context, cq *verbs.CQ, wcs []verbs.WorkCompletion) (int, error) {
+	tctx, cancel := context.WithTimeout(ctx, eventSlice)
+	defer cancel()
+	n, err := cq.Driver().Wait(tctx, wcs)
+	if err != nil && ctx.Err() == nil && tctx.Err() != nil {
+		err = nil // the slice is over
+	}
+	return n, err
 }
 
 // bwStats is what a bandwidth loop measured.
@@ -52,7 +105,11 @@ func newBWLoop(e *endpoint, w *watch, size int64, send, recv bool) *bwLoop {
 	if send {
 		b.wrs = make([][]verbs.SendWR, cfg.qps)
 		for q := range b.wrs {
-			b.wrs[q] = []verbs.SendWR{opWR(e, q, size)}
+			// -l: a list of postList work requests per post.
+			b.wrs[q] = make([]verbs.SendWR, max(cfg.PostList, 1))
+			for i := range b.wrs[q] {
+				b.wrs[q][i] = opWR(e, q, size)
+			}
 		}
 		if size <= int64(cfg.inline) && (cfg.Test.Verb == VerbWrite || cfg.Test.Verb == VerbSend) {
 			b.flags = verbs.SendInline
@@ -112,7 +169,7 @@ func (b *bwLoop) warmUp() error {
 	const warmID = 1 << 63
 	var outstanding int
 	for q, qp := range b.e.qps {
-		wr := b.wrs[q]
+		wr := b.wrs[q][:1]
 		wr[0].Flags, wr[0].ID = b.flags|verbs.SendSignaled, warmID
 		for i := 0; i < b.cfg.tx; i++ {
 			if err := qp.PostSend(wr); err != nil {
@@ -208,6 +265,36 @@ func (b *bwLoop) run() (bwStats, error) {
 		if b.send {
 			for q, qp := range e.qps {
 				wr := b.wrs[q]
+				if len(wr) > 1 {
+					// -l: whole lists, the last work request signaled
+					// (-Q is the list length, iterations a multiple of it).
+					k := int64(len(wr))
+					for (dur || b.scnt[q]+k <= b.iters) && b.scnt[q]-b.ccnt[q]+k <= tx {
+						n := b.scnt[q]
+						var t int64
+						if !noPeak {
+							t = b.now()
+						}
+						for i := range wr {
+							wr[i].Flags = b.flags
+							wr[i].ID = uint64(q)<<32 | uint64(n+int64(i)+1)
+							if !noPeak {
+								b.tposted[totS+int64(i)] = t
+							}
+						}
+						wr[k-1].Flags |= verbs.SendSignaled
+						if err := qp.PostSend(wr); err != nil {
+							if errors.Is(err, verbs.ErrQueueFull) {
+								break
+							}
+							return st, fmt.Errorf("posting %s: %w", wr[0].Opcode, err)
+						}
+						b.scnt[q] += k
+						totS += k
+						busy = true
+					}
+					continue
+				}
 				for (dur || b.scnt[q] < b.iters) && b.scnt[q]-b.ccnt[q] < tx {
 					n := b.scnt[q]
 					wr[0].Flags = b.flags
@@ -229,7 +316,7 @@ func (b *bwLoop) run() (bwStats, error) {
 					busy = true
 				}
 			}
-			n, err := e.scq.Poll(b.wcs)
+			n, err := b.poll(e.scq)
 			if err != nil {
 				return st, fmt.Errorf("polling the send CQ: %w", err)
 			}
@@ -263,7 +350,7 @@ func (b *bwLoop) run() (bwStats, error) {
 			}
 		}
 		if b.recv {
-			n, err := e.rcq.Poll(b.wcs)
+			n, err := b.poll(e.rcq)
 			if err != nil {
 				return st, fmt.Errorf("polling the receive CQ: %w", err)
 			}
@@ -294,6 +381,13 @@ func (b *bwLoop) run() (bwStats, error) {
 				if err := b.w.check(progress); err != nil {
 					return st, err
 				}
+			}
+		} else if cfg.Events {
+			if err := b.block(); err != nil {
+				return st, err
+			}
+			if err := b.w.wait(progress); err != nil {
+				return st, err
 			}
 		} else if err := b.w.wait(progress); err != nil {
 			return st, err

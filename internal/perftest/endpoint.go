@@ -33,7 +33,7 @@ type endpoint struct {
 
 func openEndpoint(cfg *config, dev verbs.DeviceInfo) (_ *endpoint, err error) {
 	e := &endpoint{cfg: cfg, dev: dev, half: roundUp(cfg.maxSize)}
-	e.ctx, err = verbs.Open(dev.Name, verbs.Options{})
+	e.ctx, err = verbs.Open(dev.Name, verbs.Options{GIDIndex: cfg.GIDIndex, SetGIDIndex: cfg.SetGIDIndex})
 	if err != nil {
 		return nil, fmt.Errorf("opening %s: %w", dev.Name, err)
 	}
@@ -70,7 +70,7 @@ func openEndpoint(cfg *config, dev verbs.DeviceInfo) (_ *endpoint, err error) {
 			return nil, fmt.Errorf("allocating a %d-byte region: %w", 2*e.half, err)
 		}
 		e.mrs = append(e.mrs, mr)
-		if err := qp.Modify(verbs.QPAttr{State: verbs.QPInit,
+		if err := qp.Modify(verbs.QPAttr{State: verbs.QPInit, Port: uint8(max(cfg.IBPort, 1)),
 			AccessFlags: verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic}); err != nil {
 			return nil, fmt.Errorf("QP %d to INIT: %w", i, err)
 		}
@@ -84,7 +84,7 @@ func (e *endpoint) local(i int) qpInfo {
 	q := qpInfo{qpn: e.qps[i].Num(), psn: e.psns[i], rkey: e.mrs[i].RKey(), vaddr: e.mrs[i].Addr(),
 		idx: i, addr: e.qps[i].Address()}
 	if e.cfg.Test.Verb == VerbRead {
-		q.outReads = outReads
+		q.outReads = uint16(e.cfg.outReads)
 	}
 	return q
 }
@@ -100,13 +100,20 @@ func (e *endpoint) connect(remote []qpInfo, peerIP net.IP) error {
 	for i, qp := range e.qps {
 		r := remote[i]
 		if err := qp.Modify(verbs.QPAttr{State: verbs.QPRTR, PathMTU: e.cfg.mtu, DestQPN: r.qpn, RQPSN: r.psn,
-			AH: verbs.AddressHandle{GID: peerIP, Dest: r.addr}, MinRNRTimer: 1, MaxDestRdAtomic: outReads}); err != nil {
+			AH: verbs.AddressHandle{GID: peerIP, Dest: r.addr}, MinRNRTimer: 1, MaxDestRdAtomic: uint8(e.cfg.outReads)}); err != nil {
 			return fmt.Errorf("QP %d to RTR: %w", i, err)
 		}
 	}
+	timeout, retry := uint8(14), uint8(7) // perftest's defaults
+	if e.cfg.SetQPTimeout {
+		timeout = uint8(e.cfg.QPTimeout)
+	}
+	if e.cfg.SetRetryCount {
+		retry = uint8(e.cfg.RetryCount)
+	}
 	for i, qp := range e.qps {
-		if err := qp.Modify(verbs.QPAttr{State: verbs.QPRTS, SQPSN: e.psns[i], Timeout: 14, RetryCount: 7,
-			RNRRetry: 7, MaxRdAtomic: outReads}); err != nil {
+		if err := qp.Modify(verbs.QPAttr{State: verbs.QPRTS, SQPSN: e.psns[i], Timeout: timeout, RetryCount: retry,
+			RNRRetry: 7, MaxRdAtomic: uint8(e.cfg.outReads)}); err != nil {
 			return fmt.Errorf("QP %d to RTS: %w", i, err)
 		}
 	}

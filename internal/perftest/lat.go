@@ -145,6 +145,11 @@ func (l *latLoop) post(progress uint64) error {
 func (l *latLoop) pollOne(cq *verbs.CQ, progress uint64) (ok bool, err error) {
 	for spins := 0; ; spins++ {
 		n, err := cq.Poll(l.wcs)
+		if n == 0 && err == nil && l.cfg.Events {
+			// -e: sleep until the completion comes, as perftest waits for
+			// a completion event.
+			n, err = eventWait(l.w.ctx, cq, l.wcs)
+		}
 		if err != nil {
 			return false, fmt.Errorf("polling a CQ: %w", err)
 		}

@@ -108,7 +108,7 @@ func testInfo(c *config, dev verbs.DeviceInfo) map[string]any {
 		m["Link_type"] = dev.Ports[0].LinkLayer
 	}
 	if c.Test.Verb == VerbRead || c.Test.Verb == VerbAtomic {
-		m["Outstand_reads"] = outReads
+		m["Outstand_reads"] = c.outReads
 	} else {
 		m["Max_inline_data"] = c.inline
 	}

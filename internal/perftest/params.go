@@ -8,6 +8,7 @@ package perftest
 import (
 	"errors"
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
 
@@ -162,6 +163,57 @@ type Options struct {
 	// (pwire.go) instead of rdmakit's, to run write_bw and send_bw against
 	// perftest's ib_write_bw and ib_send_bw on an ibverbs device.
 	PerftestWire bool
+
+	// GIDIndex is the source GID index (-x); it applies when SetGIDIndex
+	// is true and becomes verbs.Options{GIDIndex, SetGIDIndex}.
+	GIDIndex    int
+	SetGIDIndex bool
+	// IBPort is the device port (-i; 0 means perftest's default, 1).
+	IBPort int
+	// QPTimeout is the QP's local ACK timeout exponent (-u; perftest's
+	// default 14 unless SetQPTimeout) and RetryCount its retry count
+	// (--retry_count; 7 unless SetRetryCount): verbs.QPAttr's Timeout and
+	// RetryCount at RTS, which the transport applies as it can.
+	QPTimeout     int
+	SetQPTimeout  bool
+	RetryCount    int
+	SetRetryCount bool
+	// PostList posts work requests in lists of this many, the last one
+	// signaled (-l; bandwidth tests; CQ moderation becomes the list
+	// length, as in perftest).
+	PostList int
+	// Events waits for completions in the driver's blocking wait instead
+	// of spinning (-e, perftest's completion events).
+	Events bool
+	// NoPeak skips the BW peak (-N), printed as 0.00 as perftest does.
+	NoPeak bool
+	// Unsorted prints every latency sample in the order measured (-U,
+	// which implies -H).
+	Unsorted bool
+	// DualPort is perftest's -O (two ports of the device).
+	DualPort bool
+	// Output prints only one figure (--output): "bandwidth" (BW average),
+	// "message_rate" (MsgRate) or "latency" (t_avg), with no header.
+	Output string
+	// ReportBoth prints the two directions of a bidirectional run
+	// separately before their sum (--report-both).
+	ReportBoth bool
+	// SourceIP is the local address the client's exchange connection
+	// comes from (--source_ip).
+	SourceIP string
+	// Version asks for the version (-V); ParseArgs returns ErrVersion.
+	Version bool
+	// OutReads is the number of outstanding RDMA Reads and atomics per QP
+	// (-o; 0 means 16).
+	OutReads int
+	// Margin is the warm-up and cool-down around the measured window of a
+	// -D run, in seconds (-f; 0 means a quarter of -D).
+	Margin int
+
+	// Notes are one line each about flags accepted for perftest
+	// compatibility whose effect does not exist here; the CLI prints them
+	// on stderr.
+	Notes []string
 }
 
 // DefaultPort is perftest's default exchange port.
@@ -199,6 +251,13 @@ var ErrUsage = errors.New("usage")
 // ErrHelp is returned by ParseArgs for -h/--help.
 var ErrHelp = errors.New("help requested")
 
+// ErrVersion is returned by ParseArgs for -V/--version.
+var ErrVersion = errors.New("version requested")
+
+// ErrNoGPU is returned (wrapped in ErrUsage) for perftest's GPU memory
+// flags (--use_cuda and friends).
+var ErrNoGPU = errors.New("no GPU support in this build")
+
 func usageErr(format string, a ...any) error {
 	return fmt.Errorf("%w: %s", ErrUsage, fmt.Sprintf(format, a...))
 }
@@ -222,6 +281,87 @@ func intArg(name string, lo, hi int64, dst func(int64)) func(*Options, string) e
 		dst(n)
 		return nil
 	}
+}
+
+// note returns a setter that records a one-line note about a flag that is
+// accepted for compatibility but has no effect here.
+func note(text string) func(*Options, string) error {
+	return func(o *Options, _ string) error {
+		for _, n := range o.Notes {
+			if n == text {
+				return nil
+			}
+		}
+		o.Notes = append(o.Notes, text)
+		return nil
+	}
+}
+
+// appendNote adds text to notes unless it is there.
+func appendNote(notes []string, text string) []string {
+	for _, n := range notes {
+		if n == text {
+			return notes
+		}
+	}
+	return append(notes, text)
+}
+
+// noteArg is note for a flag with a value, checked by check (nil: any).
+func noteArg(text string, check func(string) error) func(*Options, string) error {
+	n := note(text)
+	return func(o *Options, v string) error {
+		if check != nil {
+			if err := check(v); err != nil {
+				return err
+			}
+		}
+		return n(o, v)
+	}
+}
+
+func numIn(name string, lo, hi int64) func(string) error {
+	return func(v string) error {
+		n, err := strconv.ParseInt(v, 0, 64)
+		if err != nil {
+			return usageErr("%s: %q is not a number", name, v)
+		}
+		if n < lo || n > hi {
+			return usageErr("%s must be between %d and %d, not %d", name, lo, hi, n)
+		}
+		return nil
+	}
+}
+
+// unsupported are perftest flags rdmakit perf knows and refuses, with why.
+var unsupported = map[string]string{
+	"use-srq":           "a shared receive queue is not used by rdmakit perf's send tests",
+	"reversed":          "the server never sends in rdmakit perf's one-way tests (use -b for both directions)",
+	"write_with_imm":    "rdmakit perf's write tests use RDMA Write without immediate data",
+	"mcg":               "multicast groups need UD queue pairs; rdmakit has RC only",
+	"MGID":              "multicast groups need UD queue pairs; rdmakit has RC only",
+	"limit_bw":          "rate limiting is not implemented",
+	"limit_msgrate":     "rate limiting is not implemented",
+	"rate_limit":        "rate limiting is not implemented",
+	"burst_size":        "rate limiting is not implemented",
+	"pkey_index":        "rdmakit devices have no partition keys",
+	"use-null-mr":       "null memory regions are not implemented",
+	"use_hugepages":     "huge pages are not used for perf's buffers",
+	"use_old_post_send": "there is one post interface",
+}
+
+// unsupportedShort are the short names of unsupported flags.
+var unsupportedShort = map[byte]string{'g': "mcg", 'M': "MGID", 'w': "limit_bw", 'y': "limit_msgrate"}
+
+// gpuFlags are perftest's GPU and accelerator memory flags.
+var gpuFlags = []struct {
+	name   string
+	hasArg bool
+}{
+	{"use_cuda", true}, {"use_cuda_bus_id", true}, {"use_cuda_dmabuf", false}, {"use_data_direct", false},
+	{"cuda_mem_type", true}, {"gpu_touch", true}, {"use_rocm", true}, {"use_rocm_dmabuf", false},
+	{"use_neuron", true}, {"use_neuron_dmabuf", false}, {"use_hl", true}, {"use_mlu", true},
+	{"use_mlu_dmabuf", false}, {"use_opencl", true}, {"opencl_platform_id", true}, {"use_gaudi", true},
 }
 
 // flags returns the flag table for o (setters write into o).
@@ -295,6 +435,46 @@ func flags(o *Options) []flagSpec {
 		{0, []string{"loopback"}, false, func(o *Options, _ string) error { o.Loopback = true; return nil }},
 		{0, []string{"perftest-wire"}, false, func(o *Options, _ string) error { o.PerftestWire = true; return nil }},
 		{'h', []string{"help"}, false, func(*Options, string) error { return ErrHelp }},
+		{'V', []string{"version"}, false, func(o *Options, _ string) error { o.Version = true; return nil }},
+		{'x', []string{"gid-index"}, true, intArg("-x (GID index)", 0, 255, func(n int64) { o.GIDIndex, o.SetGIDIndex = int(n), true })},
+		{'i', []string{"ib-port"}, true, intArg("-i (IB port)", 1, 254, func(n int64) { o.IBPort = int(n) })},
+		{'N', []string{"noPeak"}, false, func(o *Options, _ string) error { o.NoPeak = true; return nil }},
+		{'U', []string{"report-unsorted"}, false, func(o *Options, _ string) error { o.Unsorted, o.Histogram = true, true; return nil }},
+		{'O', []string{"dualport"}, false, func(o *Options, _ string) error { o.DualPort = true; return nil }},
+		{0, []string{"output"}, true, func(o *Options, v string) error {
+			switch v {
+			case "bandwidth", "message_rate", "latency":
+				o.Output = v
+				return nil
+			}
+			return usageErr("invalid --output %q; choose bandwidth, message_rate or latency", v)
+		}},
+		{0, []string{"report-both"}, false, func(o *Options, _ string) error { o.ReportBoth = true; return nil }},
+		{'j', []string{"source_ip"}, true, func(o *Options, v string) error {
+			if net.ParseIP(v) == nil {
+				return usageErr("--source_ip %q is not an IP address", v)
+			}
+			o.SourceIP = v
+			return nil
+		}},
+		{'o', []string{"outs"}, true, intArg("-o (outstanding reads)", 1, 16, func(n int64) { o.OutReads = int(n) })},
+		{'f', []string{"margin"}, true, intArg("-f (margin)", 1, 1<<20, func(n int64) { o.Margin = int(n) })},
+		{'C', []string{"report-cycles"}, false, note("-C (report cycles): times are measured with Go's monotonic clock and reported in usec")},
+		{'R', []string{"rdma_cm"}, false, note("-R (rdma_cm): rdmakit connects its QPs over its own exchange on -p; the measured operations are the same")},
+		{'z', []string{"comm_rdma_cm"}, false, note("-z (comm_rdma_cm): parameters are exchanged over TCP on -p, as without -z")},
+		{'e', []string{"events"}, false, func(o *Options, _ string) error { o.Events = true; return nil }},
+		{'l', []string{"post_list"}, true, intArg("-l (post list)", 1, maxTx, func(n int64) { o.PostList = int(n) })},
+		{'u', []string{"qp-timeout"}, true, intArg("-u (QP timeout)", 0, 31, func(n int64) { o.QPTimeout, o.SetQPTimeout = int(n), true })},
+		{'S', []string{"sl"}, true, noteArg("-S (service level): no effect on rdmakit devices", numIn("-S (service level)", 0, 15))},
+		{'T', []string{"tos"}, true, noteArg("-T (type of service): no effect on rdmakit devices", numIn("-T (type of service)", 0, 256))},
+		{'W', []string{"report-counters"}, true, noteArg("-W (report counters): rdmakit devices have no performance counters to report", nil)},
+		{0, []string{"retry_count"}, true, intArg("--retry_count", 0, 7, func(n int64) { o.RetryCount, o.SetRetryCount = int(n), true })},
+		{0, []string{"mr_per_qp"}, false, note("--mr_per_qp: rdmakit always registers one memory region per QP")},
+		{0, []string{"cpu_util"}, false, note("--cpu_util: CPU utilization is not reported")},
+		{0, []string{"perform_warm_up"}, false, note("--perform_warm_up: bandwidth tests always warm up (-t signaled operations per QP), as documented in docs/perf.md")},
+		{0, []string{"run_infinitely"}, false, func(*Options, string) error {
+			return usageErr("--run_infinitely is not supported by rdmakit perf; use -D SECONDS for a timed run")
+		}},
 	}
 }
 
@@ -347,6 +527,14 @@ func ParseArgs(args []string) (Options, error) {
 				}
 			}
 			if sp == nil {
+				if why := unsupported[name]; why != "" {
+					return o, usageErr("--%s is not supported by rdmakit perf: %s", name, why)
+				}
+				for _, g := range gpuFlags {
+					if g.name == name {
+						return o, fmt.Errorf("%w: --%s: %w: rdmakit perf measures host memory only", ErrUsage, name, ErrNoGPU)
+					}
+				}
 				return o, usageErr("unknown flag --%s (rdmakit perf -h lists the flags)", name)
 			}
 			if sp.hasArg && !hasVal {
@@ -372,6 +560,9 @@ func ParseArgs(args []string) (Options, error) {
 				}
 			}
 			if sp == nil {
+				if long, ok := unsupportedShort[a[j]]; ok {
+					return o, usageErr("-%c (--%s) is not supported by rdmakit perf: %s", a[j], long, unsupported[long])
+				}
 				return o, usageErr("unknown flag -%c (rdmakit perf -h lists the flags)", a[j])
 			}
 			if !sp.hasArg {
@@ -393,6 +584,9 @@ func ParseArgs(args []string) (Options, error) {
 			}
 			break
 		}
+	}
+	if o.Version {
+		return o, ErrVersion
 	}
 	if len(pos) == 0 {
 		return o, usageErr("missing TEST (one of %s)", strings.Join(Tests, ", "))
@@ -425,7 +619,40 @@ func (o *Options) check() error {
 		return usageErr("-b (bidirectional) is only available in bandwidth tests")
 	}
 	if o.Histogram && t.Kind == KindBW {
+		if o.Unsorted {
+			return usageErr("-U (unsorted report) is only available in latency tests")
+		}
 		return usageErr("-H (histogram) is only available in latency tests")
+	}
+	switch {
+	case o.Output == "latency" && t.Kind == KindBW:
+		return usageErr("--output=latency is for latency tests; use bandwidth or message_rate")
+	case (o.Output == "bandwidth" || o.Output == "message_rate") && t.Kind == KindLat:
+		return usageErr("--output=%s is for bandwidth tests; use latency", o.Output)
+	}
+	if o.ReportBoth && !o.Bidir {
+		return usageErr("--report-both reports the two directions of a bidirectional run: add -b")
+	}
+	if o.Events && t.Verb == VerbWrite && t.Kind == KindLat {
+		o.Notes = appendNote(o.Notes, "-e (events): write_lat waits for the peer's data in memory, not for completions, so -e changes nothing there")
+	}
+	if o.PostList > 1 && t.Kind == KindLat {
+		return usageErr("-l (post list) is only available in bandwidth tests")
+	}
+	if o.PostList > 1 && o.Iters != 0 && o.Iters%int64(o.PostList) != 0 {
+		return usageErr("-n %d: the number of iterations must be a multiple of the post list (-l %d)", o.Iters, o.PostList)
+	}
+	if o.PostList > 1 && o.CQMod != 0 && o.CQMod != o.PostList {
+		return usageErr("-Q %d: with a post list the CQ moderation is the list length (-l %d); drop -Q", o.CQMod, o.PostList)
+	}
+	if o.OutReads != 0 && t.Verb != VerbRead && t.Verb != VerbAtomic {
+		return usageErr("-o (outstanding reads) is for the read and atomic tests")
+	}
+	if o.Margin != 0 && (o.Duration == 0 || 2*o.Margin >= o.Duration) {
+		return usageErr("-f (margin) %d needs -D longer than twice the margin", o.Margin)
+	}
+	if o.SourceIP != "" && o.Server == "" && !o.Loopback {
+		return usageErr("--source_ip is for the client (give the server's address too)")
 	}
 	if o.QPs > 1 && t.Kind == KindLat {
 		return usageErr("-q: multiple QPs are only available in bandwidth tests")
@@ -512,6 +739,33 @@ func (o Options) Args() []string {
 	if o.Histogram {
 		a = append(a, "-H")
 	}
+	if o.SetGIDIndex {
+		add("-x", o.GIDIndex)
+	}
+	if o.IBPort != 0 {
+		add("-i", o.IBPort)
+	}
+	if o.NoPeak {
+		a = append(a, "-N")
+	}
+	if o.Events {
+		a = append(a, "-e")
+	}
+	if o.PostList != 0 {
+		add("-l", o.PostList)
+	}
+	if o.SetQPTimeout {
+		add("-u", o.QPTimeout)
+	}
+	if o.SetRetryCount {
+		add("--retry_count", o.RetryCount)
+	}
+	if o.OutReads != 0 {
+		add("-o", o.OutReads)
+	}
+	if o.Margin != 0 {
+		add("-f", o.Margin)
+	}
 	return a
 }
 
@@ -530,6 +784,7 @@ func mtuEnum(n int) verbs.MTU {
 type config struct {
 	Options
 	sizes    []int64
+	outReads int   // outstanding reads and atomics per QP (-o)
 	iters    int64 // per QP; 0 in duration mode
 	qps      int
 	tx, rx   int
@@ -557,6 +812,10 @@ func (o Options) resolve(dev verbs.DeviceInfo) (*config, error) {
 		c.port = DefaultPort
 	}
 	c.qps = max(o.QPs, 1)
+	c.outReads = outReads
+	if o.OutReads > 0 {
+		c.outReads = o.OutReads
+	}
 	c.gbits = o.ReportGbits
 	c.rttShift = t.Verb == VerbSend || t.Verb == VerbWrite
 
@@ -592,6 +851,9 @@ func (o Options) resolve(dev verbs.DeviceInfo) (*config, error) {
 		c.iters = 0
 		c.noPeak = true
 		c.margin = o.Duration / 4
+		if o.Margin > 0 {
+			c.margin = o.Margin
+		}
 	}
 
 	c.tx = o.TxDepth
@@ -621,8 +883,18 @@ func (o Options) resolve(dev verbs.DeviceInfo) (*config, error) {
 			c.cqMod = 1
 		}
 	}
+	if o.PostList > 1 {
+		// perftest: "CQ moderation will be the size of the post list".
+		if c.tx < o.PostList {
+			return nil, usageErr("-l %d needs a tx depth of at least %d (-t %d)", o.PostList, o.PostList, c.tx)
+		}
+		if c.iters%int64(o.PostList) != 0 {
+			return nil, usageErr("the number of iterations (%d) must be a multiple of the post list (-l %d); give -n", c.iters, o.PostList)
+		}
+		c.cqMod = o.PostList
+	}
 	c.cqMod = min(c.cqMod, c.tx)
-	if t.Kind == KindBW && c.iters > noPeakIters {
+	if t.Kind == KindBW && c.iters > noPeakIters || o.NoPeak {
 		c.noPeak = true
 	}
 
@@ -669,9 +941,17 @@ func (o Options) resolve(dev verbs.DeviceInfo) (*config, error) {
 	if t.Verb == VerbAtomic && dev.AtomicCap == verbs.AtomicNone {
 		return nil, usageErr("device %s does not support atomics", dev.Name)
 	}
+	nports := max(len(dev.Ports), 1)
+	if o.IBPort > nports {
+		return nil, usageErr("-i %d: device %s has %d port(s)", o.IBPort, dev.Name, nports)
+	}
+	if o.DualPort && nports < 2 {
+		return nil, usageErr("-O (dual-port) needs a device with two ports; %s has %d", dev.Name, nports)
+	}
+	port := max(o.IBPort, 1) - 1
 	active := verbs.MTU4096
-	if len(dev.Ports) > 0 && dev.Ports[0].ActiveMTU != 0 {
-		active = dev.Ports[0].ActiveMTU
+	if len(dev.Ports) > port && dev.Ports[port].ActiveMTU != 0 {
+		active = dev.Ports[port].ActiveMTU
 	}
 	c.mtu = active
 	if o.MTU != 0 {

@@ -61,7 +61,27 @@ func TestParseArgsErrors(t *testing.T) {
 		want string
 	}{
 		{[]string{"write_bw", "--bogus"}, "unknown flag --bogus"},
-		{[]string{"write_bw", "-z"}, "unknown flag -z"},
+		{[]string{"write_bw", "-Y"}, "unknown flag -Y"},
+		{[]string{"write_bw", "--use_cuda=0"}, "no GPU support in this build"},
+		{[]string{"write_bw", "--use_rocm", "0"}, "no GPU support in this build"},
+		{[]string{"write_bw", "--run_infinitely"}, "use -D"},
+		{[]string{"write_bw", "--output=latency"}, "--output=latency is for latency tests"},
+		{[]string{"write_lat", "--output=bandwidth"}, "for bandwidth tests"},
+		{[]string{"write_bw", "--output=x"}, "invalid --output"},
+		{[]string{"write_bw", "--report-both"}, "add -b"},
+		{[]string{"write_bw", "-U"}, "-U (unsorted report) is only available in latency tests"},
+		{[]string{"write_bw", "-x", "300"}, "-x (GID index)"},
+		{[]string{"write_bw", "-i", "0"}, "-i (IB port)"},
+		{[]string{"write_bw", "-S", "16"}, "-S (service level)"},
+		{[]string{"write_bw", "--source_ip", "nope", "h"}, "not an IP address"},
+		{[]string{"write_bw", "--source_ip", "127.0.0.1"}, "--source_ip is for the client"},
+		{[]string{"send_bw", "--use-srq"}, "--use-srq is not supported by rdmakit perf: a shared receive queue"},
+		{[]string{"write_bw", "--reversed"}, "--reversed is not supported"},
+		{[]string{"write_bw", "-g"}, "-g (--mcg) is not supported by rdmakit perf: multicast"},
+		{[]string{"write_bw", "-o", "4"}, "-o (outstanding reads) is for the read and atomic tests"},
+		{[]string{"read_bw", "-o", "32"}, "-o (outstanding reads) must be between 1 and 16"},
+		{[]string{"write_bw", "-f", "2"}, "needs -D longer than twice the margin"},
+		{[]string{"write_bw", "-D", "4", "-f", "2"}, "needs -D longer than twice the margin"},
 		{[]string{}, "missing TEST"},
 		{[]string{"write_foo"}, "unknown test"},
 		{[]string{"write_bw", "a", "b"}, "unexpected argument"},
@@ -199,6 +219,92 @@ func TestArgsRoundTrip(t *testing.T) {
 		o.Loopback, o.Plot, o.OutJSON, o.Port = false, "", "", 0
 		if !reflect.DeepEqual(o, back) {
 			t.Errorf("%q → %q → %+v, want %+v", args, o.Args(), back, o)
+		}
+	}
+}
+
+// perftest's flags beyond the basic ones: those with an effect set their
+// option, those without one leave a one-line note, -V asks for the
+// version.
+func TestParseArgsDropIn(t *testing.T) {
+	o, err := ParseArgs([]string{"ib_write_bw", "-x", "3", "-i", "1", "-N", "-b", "--report-both", "--output=bandwidth", "--source_ip", "127.0.0.1", "10.0.0.1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !o.SetGIDIndex || o.GIDIndex != 3 || o.IBPort != 1 || !o.NoPeak || !o.ReportBoth || o.Output != "bandwidth" || o.SourceIP != "127.0.0.1" || o.Server != "10.0.0.1" || len(o.Notes) != 0 {
+		t.Errorf("parsed %+v", o)
+	}
+	o, err = ParseArgs([]string{"write_lat", "-U", "--output", "latency"})
+	if err != nil || !o.Unsorted || !o.Histogram || o.Output != "latency" {
+		t.Errorf("-U: %+v, %v", o, err)
+	}
+	noted := []string{"-R", "-z", "-S", "1", "-T", "32", "-W", "rx_bytes",
+		"--mr_per_qp", "--cpu_util", "--perform_warm_up", "--rdma_cm", "-e"}
+	o, err = ParseArgs(append([]string{"send_bw"}, noted...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(o.Notes) != 8 || !o.Events {
+		t.Errorf("%d notes, want one per distinct flag (8), and -e set (%v):\n%s", len(o.Notes), o.Events, strings.Join(o.Notes, "\n"))
+	}
+	if o, err := ParseArgs([]string{"write_lat", "--events"}); err != nil || !o.Events || len(o.Notes) != 1 || !strings.Contains(o.Notes[0], "write_lat waits") {
+		t.Errorf("write_lat -e: %+v, %v", o, err)
+	}
+	for _, n := range o.Notes {
+		if strings.Contains(n, "\n") || !strings.HasPrefix(n, "-") {
+			t.Errorf("note %q: want one line naming the flag", n)
+		}
+	}
+	for _, v := range [][]string{{"-V"}, {"write_bw", "--version"}} {
+		if _, err := ParseArgs(v); !errors.Is(err, ErrVersion) {
+			t.Errorf("%q: %v, want ErrVersion", v, err)
+		}
+	}
+	o, err = ParseArgs([]string{"read_lat", "-o", "4", "-D", "5", "-f", "1", "-C"})
+	if err != nil || o.OutReads != 4 || o.Margin != 1 || len(o.Notes) != 1 {
+		t.Errorf("-o -f -C: %+v, %v", o, err)
+	}
+	if c, err := o.resolve(verbs.DeviceInfo{}); err != nil || c.outReads != 4 || c.margin != 1 {
+		t.Errorf("-o 4 -f 1: outReads %d margin %d, %v", c.outReads, c.margin, err)
+	}
+	if o, err := ParseArgs([]string{"read_bw", "-u", "0", "--retry_count=3"}); err != nil || !o.SetQPTimeout || o.QPTimeout != 0 || !o.SetRetryCount || o.RetryCount != 3 || len(o.Notes) != 0 {
+		t.Errorf("-u 0 --retry_count 3: %+v, %v", o, err)
+	}
+	if c, err := (Options{Test: Test{VerbWrite, KindBW}, PostList: 8}).resolve(verbs.DeviceInfo{}); err != nil || c.cqMod != 8 {
+		t.Errorf("-l 8: cqMod %v, %v", c, err)
+	}
+	for _, bad := range [][]string{{"write_lat", "-l", "4"}, {"write_bw", "-l", "8", "-n", "100"}, {"write_bw", "-l", "8", "-Q", "4"}, {"write_bw", "-l", "64", "-t", "32"}, {"write_bw", "-l", "3"}} {
+		o, err := ParseArgs(bad)
+		if err == nil {
+			_, err = o.resolve(verbs.DeviceInfo{})
+		}
+		if !errors.Is(err, ErrUsage) {
+			t.Errorf("%q: %v, want a usage error", bad, err)
+		}
+	}
+	// Flags that change a run's effective configuration.
+	c, err := Options{Test: Test{VerbWrite, KindBW}, NoPeak: true}.resolve(verbs.DeviceInfo{})
+	if err != nil || !c.noPeak {
+		t.Errorf("-N: noPeak %v, %v", c != nil && c.noPeak, err)
+	}
+	dev := verbs.DeviceInfo{Name: "x0", Ports: []verbs.PortInfo{{ActiveMTU: verbs.MTU1024}}}
+	if _, err := (Options{Test: Test{VerbWrite, KindBW}, IBPort: 2}).resolve(dev); err == nil || !strings.Contains(err.Error(), "has 1 port") {
+		t.Errorf("-i 2 on a one-port device: %v", err)
+	}
+	if _, err := (Options{Test: Test{VerbWrite, KindBW}, DualPort: true}).resolve(dev); err == nil || !strings.Contains(err.Error(), "two ports") {
+		t.Errorf("-O on a one-port device: %v", err)
+	}
+	a := strings.Join(Options{Test: Test{VerbWrite, KindBW}, SetGIDIndex: true, GIDIndex: 0, IBPort: 1, NoPeak: true}.Args(), " ")
+	if a != "write_bw -x 0 -i 1 -N" {
+		t.Errorf("Args: %q", a)
+	}
+}
+
+func TestOutputValue(t *testing.T) {
+	r := result{bwAvg: 1234.5, rate: 0.25, tAvg: 1.5}
+	for out, want := range map[string]string{"bandwidth": "1234.500000\n", "message_rate": "0.250000\n", "latency": "1.500000\n"} {
+		if got := outputValue(&config{Options: Options{Output: out}}, r); got != want {
+			t.Errorf("--output=%s: %q, want %q", out, got, want)
 		}
 	}
 }

@@ -187,7 +187,7 @@ func runPWire(ctx context.Context, o Options, env Env) (err error) {
 		}
 	} else {
 		addr := net.JoinHostPort(o.Server, strconv.Itoa(c.port))
-		d := net.Dialer{Timeout: dialTimeout}
+		d := net.Dialer{Timeout: dialTimeout, LocalAddr: sourceAddr(o.SourceIP)}
 		conn, err = d.DialContext(ctx, "tcp", addr)
 		if err != nil {
 			return fmt.Errorf("cannot reach server %s: %w", addr, dialCause(err))

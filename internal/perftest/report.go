@@ -102,6 +102,13 @@ func addBW(a, b result) result {
 // sorted, as print_report_lat: delta[i] = tposted[i+1] - tposted[i],
 // halved for send and write (half a round trip).
 func latSamples(c *config, tposted []int64) []float64 {
+	d := latDeltas(c, tposted)
+	sort.Float64s(d)
+	return d
+}
+
+// latDeltas is latSamples unsorted: in the order measured (-U).
+func latDeltas(c *config, tposted []int64) []float64 {
 	if len(tposted) < 2 {
 		return nil
 	}
@@ -113,8 +120,19 @@ func latSamples(c *config, tposted []int64) []float64 {
 	for i := range d {
 		d[i] = float64(tposted[i+1]-tposted[i]) / div
 	}
-	sort.Float64s(d)
 	return d
+}
+
+// outputValue is the one figure --output prints, as perftest's "%lf\n":
+// BW average (in the report's unit), MsgRate, or t_avg.
+func outputValue(c *config, r result) string {
+	switch c.Output {
+	case "bandwidth":
+		return fmt.Sprintf("%f\n", r.bwAvg)
+	case "message_rate":
+		return fmt.Sprintf("%f\n", r.rate)
+	}
+	return fmt.Sprintf("%f\n", r.tAvg)
 }
 
 // latResult computes a latency line from sorted samples: the latTail
@@ -265,7 +283,7 @@ func printHeader(w io.Writer, c *config, dev verbs.DeviceInfo, server bool) {
 	if c.Test.Verb != VerbRead && c.Test.Verb != VerbAtomic {
 		fmt.Fprintf(&b, " Max inline data : %d[B]\n", c.inline)
 	} else {
-		fmt.Fprintf(&b, " Outstand reads  : %d\n", outReads)
+		fmt.Fprintf(&b, " Outstand reads  : %d\n", c.outReads)
 	}
 	fmt.Fprintf(&b, " rdma_cm QPs\t : %s\n", "OFF")
 	fmt.Fprintf(&b, " Data ex. method : %s\n", "Ethernet")

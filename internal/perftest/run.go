@@ -32,10 +32,21 @@ type Env struct {
 	// Progress draws a progress bar on Stderr during -a sweeps (the CLI
 	// sets it when stderr is a terminal).
 	Progress bool
+	// value receives the single figure of --output (Run sets it).
+	value io.Writer
 	// ServerCommand makes the command that runs `rdmakit perf ARGS` as the
 	// server of a loopback run (default: this executable with "perf"
 	// before ARGS).
 	ServerCommand func(args []string) *exec.Cmd
+}
+
+// sourceAddr is the local address of the exchange connection
+// (--source_ip), or nil.
+func sourceAddr(ip string) net.Addr {
+	if ip == "" {
+		return nil
+	}
+	return &net.TCPAddr{IP: net.ParseIP(ip)}
 }
 
 func (env *Env) fill() {
@@ -59,6 +70,10 @@ func Run(ctx context.Context, o Options, env Env) error {
 	env.fill()
 	if err := o.check(); err != nil {
 		return err
+	}
+	if o.Output != "" {
+		// --output: only the figure, on stdout; everything else is dropped.
+		env.value, env.Stdout = env.Stdout, io.Discard
 	}
 	if o.PerftestWire {
 		return runPWire(ctx, o, env)
@@ -292,15 +307,39 @@ func (s *session) measure1(r *sizeRun, size int64) (result, []float64, error) {
 		return durLatResult(c, size, st), nil, nil
 	}
 	d := latSamples(c, st.tposted)
-	return latResult(size, int64(len(st.tposted)), d), d, nil
+	res := latResult(size, int64(len(st.tposted)), d)
+	if c.Unsorted {
+		// -U: the histogram lists the samples in the order measured.
+		d = latDeltas(c, st.tposted)
+	}
+	return res, d, nil
 }
 
 func (s *session) printResult(r result, samples []float64) {
 	if s.cfg.Histogram && samples != nil {
 		histogram(s.env.Stdout, s.cfg, samples)
 	}
-	io.WriteString(s.env.Stdout, reportLine(s.cfg, r))
+	if !(s.cfg.ReportBoth && s.cfg.Bidir && !s.server) {
+		// With --report-both the client printed the two directions instead
+		// (printBoth), as perftest does.
+		io.WriteString(s.env.Stdout, reportLine(s.cfg, r))
+	}
+	if s.env.value != nil {
+		io.WriteString(s.env.value, outputValue(s.cfg, r))
+	}
 	s.res = append(s.res, r)
+}
+
+// printBoth prints the two directions of a bidirectional run separately
+// (--report-both), as perftest's "Local results" and "Remote results".
+func (s *session) printBoth(local, remote result) {
+	w := s.env.Stdout
+	for _, b := range []struct {
+		label string
+		r     result
+	}{{"Local", local}, {"Remote", remote}} {
+		fmt.Fprintf(w, "%s\n %s results: \n%s%s%s", resultLine, b.label, resultLine, columnHeader(s.cfg), reportLine(s.cfg, b.r))
+	}
 }
 
 // finish writes the JSON and the plot, if asked for.
@@ -332,7 +371,7 @@ func runClient(ctx context.Context, o Options, env Env) (err error) {
 		return err
 	}
 	addr := net.JoinHostPort(o.Server, strconv.Itoa(c.port))
-	d := net.Dialer{Timeout: dialTimeout}
+	d := net.Dialer{Timeout: dialTimeout, LocalAddr: sourceAddr(o.SourceIP)}
 	conn, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return fmt.Errorf("cannot reach server %s: %w", addr, dialCause(err))
@@ -406,6 +445,9 @@ func runClient(ctx context.Context, o Options, env Env) (err error) {
 			peer, err := parseResult(l)
 			if err != nil {
 				return fmt.Errorf("server: %w", err)
+			}
+			if c.ReportBoth {
+				s.printBoth(res, peer)
 			}
 			res = addBW(res, peer)
 		}
