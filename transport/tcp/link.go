@@ -299,7 +299,8 @@ func (l *link) postLocked() bool {
 	for tail := qp.SendTail(); l.posted < tail; {
 		e := qp.SendEntry(l.posted)
 		l.posted++
-		w := rcproto.WR{Op: rcproto.Opcode(reqOpcodes[e.WR.Opcode]), Len: uint32(e.Len), Err: rc.Status(e.Status)}
+		w := rcproto.WR{Op: rcproto.Opcode(reqOpcodes[e.WR.Opcode]), Len: uint32(e.Len), Err: rc.Status(e.Status),
+			Fence: e.WR.Flags&verbs.SendFence != 0}
 		if _, ok := l.applyLocked(l.req.Post(w, l.now())); !ok {
 			return false
 		}
