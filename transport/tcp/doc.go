@@ -60,8 +60,16 @@
 // RetryExceeded, as does a silent peer after timeout×(retry_cnt+1) without
 // progress (never when Timeout is 0). A QP that leaves RTR/RTS closes its
 // connection; a request that reaches a QP no longer in RTR/RTS is dropped,
-// and its requester sees the connection end. PathMTU, MaxRdAtomic and
-// MaxDestRdAtomic are accepted and ignored.
+// and its requester sees the connection end. MaxRdAtomic bounds the
+// READs and atomics the requester has outstanding, MaxDestRdAtomic those
+// the responder serves at once (0 means 16 for both): a READ or atomic
+// beyond it, counting responses still queued for a peer that does not
+// read them, is NAKed as an invalid request. Responses queued for the
+// peer are bounded too (maxQueuedResp, ACKs coalesced): when the peer
+// does not read them, the reader stops reading its requests, and a peer
+// that still has not read after timeout×(retry_cnt+1) (at least a
+// second) is disconnected: outstanding work requests fail with
+// RetryExceeded. PathMTU is accepted and ignored (a stream has no MTU).
 //
 // # Goroutines and performance
 //

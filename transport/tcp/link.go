@@ -58,12 +58,19 @@ const (
 	// it writes the responses it owes while input keeps coming.
 	flushFrames = 32
 	flushBytes  = 4 << 20
+	// maxQueuedResp bounds the responses queued for the peer: at it, the
+	// reader stops reading requests until the peer reads (or is
+	// disconnected, see awaitOutput). A peer that reads its responses
+	// never gets near it: READ and atomic responses are bounded by
+	// max_dest_rd_atomic, ACKs coalesce.
+	maxQueuedResp = 1024
 )
 
 var (
 	errStopped   = errors.New("tcp: link stopped")
 	errProtocol  = errors.New("tcp: protocol violation by the peer")
 	errBadAccept = errors.New("tcp: unexpected connection accept")
+	errStalled   = errors.New("tcp: the peer does not read its responses")
 )
 
 type link struct {
@@ -86,6 +93,10 @@ type link struct {
 	writeFn  func(fd uintptr) bool
 	readFn   func(fd uintptr) bool
 	progress atomic.Uint64 // bytes moved either way, responses seen
+	// rdHeld counts READ and atomic responses queued and not yet taken
+	// into a batch: the responder engine counts them against
+	// max_dest_rd_atomic. Written under d.mu, read by the reader.
+	rdHeld atomic.Int32
 
 	// Guarded by d.mu: connection state.
 	conn      *net.TCPConn
@@ -118,6 +129,7 @@ type link struct {
 	rpos    int
 	rend    int
 	dropAll bool         // the QP left RTR/RTS: drop every request
+	stall   bool         // maxQueuedResp responses queued: wait for the peer to read
 	keys    keytab.Cache // last rkey resolved
 	rdMem   []byte       // data of the READ_RESP the responder queued last
 	// frames and bytes handled since output was last flushed
@@ -133,14 +145,14 @@ type link struct {
 	pkt    rcproto.Packet
 }
 
-func newLink(d *qpDriver, peer qpAddr, ip net.IP, dialer bool, rqpsn psn) *link {
+func newLink(d *qpDriver, peer qpAddr, ip net.IP, dialer bool, rqpsn psn, maxDestRd int) *link {
 	l := &link{
 		d: d, qp: d.qp, t: d.t, peer: peer, peerIP: ip, dialer: dialer, rqpsn: rqpsn,
 		stop:     make(chan struct{}),
 		incoming: make(chan *net.TCPConn, 1),
 		wake:     make(chan struct{}, 1),
 		epoch:    time.Now(),
-		resp:     rcproto.NewResponder(rcproto.RespConfig{FirstPSN: rqpsn}),
+		resp:     rcproto.NewResponder(rcproto.RespConfig{FirstPSN: rqpsn, MaxDestRdAtomic: maxDestRd}),
 	}
 	l.dialCtx, l.cancel = context.WithCancel(context.Background())
 	l.cond.L = &d.mu
@@ -320,6 +332,7 @@ func (l *link) startLocked(attr *verbs.QPAttr) {
 		Timeout:        attr.Timeout,
 		RetryCount:     attr.RetryCount,
 		RNRRetry:       attr.RNRRetry,
+		MaxRdAtomic:    rdAtomicDepth(attr.MaxRdAtomic),
 		Reliable:       true,
 		ConnectTimeout: connectLimit(attr.Timeout, attr.RetryCount),
 	})

@@ -27,6 +27,7 @@ import (
 type response struct {
 	hdr  [headerLen]byte
 	data []byte // READ_RESP payload, in target memory
+	op   opcode
 }
 
 type output struct {
@@ -38,6 +39,7 @@ type output struct {
 	// [taken, tail) wait. It grows (doubling) when full.
 	resp                 []response
 	rHead, rTaken, rTail uint64
+	waiting              bool // the reader waits for responses to leave (awaitOutput)
 
 	// The batch: owned by the token holder.
 	batch     [sys.MaxIOV][]byte
@@ -52,10 +54,19 @@ func (o *output) init() { o.resp = make([]response, 64) }
 
 func (o *output) pendingResp() bool { return o.rTaken < o.rTail }
 
-// queueLocked appends a response (the responder engine coalesced ACKs).
+// queueLocked appends a response. An ACK replaces an ACK queued last
+// and not yet taken into a batch (it acknowledges everything that one
+// did), so a peer that does not read gets at most one ACK queued per
+// other response.
 func (l *link) queueLocked(f *frame, data []byte) {
 	o := &l.out
 	mask := uint64(len(o.resp) - 1)
+	if f.op == opAck && o.rTail > o.rTaken {
+		if r := &o.resp[(o.rTail-1)&mask]; r.op == opAck {
+			header(r.hdr[:]).encode(f)
+			return
+		}
+	}
 	if o.rTail-o.rHead == uint64(len(o.resp)) {
 		// Grow. Batches in flight keep pointing into the old array, whose
 		// contents stay as they were.
@@ -69,8 +80,15 @@ func (l *link) queueLocked(f *frame, data []byte) {
 	r := &o.resp[o.rTail&mask]
 	header(r.hdr[:]).encode(f)
 	r.data = data
+	r.op = f.op
+	if f.op == opReadResp || f.op == opAtomicResp {
+		l.rdHeld.Add(1)
+	}
 	o.rTail++
 }
+
+// queuedLocked returns how many responses are queued or being written.
+func (o *output) queuedLocked() int { return int(o.rTail - o.rHead) }
 
 // canSendLocked reports whether requests may be transmitted (the engine
 // decides which).
@@ -91,6 +109,9 @@ func (l *link) buildBatchLocked() bool {
 		if len(r.data) > 0 {
 			o.batch[n] = r.data
 			n++
+		}
+		if r.op == opReadResp || r.op == opAtomicResp {
+			l.rdHeld.Add(-1)
 		}
 		o.rTaken++
 		o.batchResp++
@@ -163,6 +184,9 @@ func (l *link) accountLocked() {
 		o.resp[o.rHead&mask].data = nil
 		o.rHead++
 	}
+	if o.waiting {
+		l.cond.Broadcast()
+	}
 }
 
 // releaseLocked gives the token back.
@@ -178,7 +202,12 @@ func (l *link) brokenLocked() {
 	o.broken = true
 	o.bi, o.bn = 0, 0
 	l.accountLocked()
+	for i := o.rTaken; i < o.rTail; i++ {
+		o.resp[i&uint64(len(o.resp)-1)].data = nil
+	}
 	o.rTaken, o.rHead = o.rTail, o.rTail
+	l.rdHeld.Store(0)
+	l.cond.Broadcast()
 }
 
 // flush writes pending output from the calling goroutine without

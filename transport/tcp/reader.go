@@ -30,6 +30,11 @@ func readFull(c net.Conn, b []byte) (int, error) { return io.ReadFull(c, b) }
 func (l *link) readLoop() error {
 	var f frame
 	for {
+		if l.stall {
+			if err := l.awaitOutput(); err != nil {
+				return err
+			}
+		}
 		if l.owedFrames >= flushFrames || l.owedBytes >= flushBytes {
 			l.flushOwed()
 		}
@@ -88,7 +93,45 @@ func (l *link) drainResponses(acks bool) {
 		}
 		l.queueLocked(&f, data)
 	}
+	if l.out.queuedLocked() >= maxQueuedResp {
+		l.stall = true
+	}
 	d.mu.Unlock()
+}
+
+// awaitOutput stops reading requests while maxQueuedResp responses are
+// queued: it waits until the peer has read half of them. A peer that
+// reads nothing for timeout×(retry_cnt+1) (at least a second; the connect
+// timeout when the QP's timeout is infinite) is disconnected rather than
+// buffered: the link ends with errStalled, which fails outstanding work
+// requests with RetryExceeded.
+func (l *link) awaitOutput() error {
+	l.flushOwed()
+	a := l.qp.Config()
+	limit := max(connectLimit(a.Timeout, a.RetryCount), minConnectTimeout)
+	deadline := time.Now().Add(limit)
+	d := l.d
+	wake := time.AfterFunc(limit, func() {
+		d.mu.Lock()
+		l.cond.Broadcast()
+		d.mu.Unlock()
+	})
+	defer wake.Stop()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	l.out.waiting = true
+	defer func() { l.out.waiting = false }()
+	for l.out.queuedLocked() >= maxQueuedResp/2 {
+		if l.stopped || l.out.broken {
+			return errStopped
+		}
+		if !time.Now().Before(deadline) {
+			return errStalled
+		}
+		l.cond.Wait()
+	}
+	l.stall = false
+	return nil
 }
 
 // read reads into b what is there, or else flushes what is owed and waits.
@@ -223,7 +266,16 @@ func (l *link) handleRequest(f *frame) error {
 	r := l.resp
 	p := &l.pkt
 	*p = rcproto.Packet{Op: rcproto.Opcode(f.op), Seg: rcproto.SegOnly, PSN: f.psn, Len: f.length}
+	r.Hold(int(l.rdHeld.Load()))
 	if r.Step(p) == rcproto.Drop {
+		if r.Failed() {
+			// The engine NAKed it as fatal by itself (an invalid request:
+			// beyond max_dest_rd_atomic, out of order within a message).
+			if err := l.discard(pay); err != nil {
+				return err
+			}
+			return l.failResponder()
+		}
 		l.drainResponses(false)
 		return l.discard(pay)
 	}
