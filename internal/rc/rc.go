@@ -256,37 +256,95 @@ func (t *Target) Remote(rkey uint32, addr uint64, n int, access uint32) ([]byte,
 // RemoteCached is Remote with a lookup cache (nil: none); the cache must
 // not be shared between goroutines.
 func (t *Target) RemoteCached(c *keytab.Cache, rkey uint32, addr uint64, n int, access uint32) ([]byte, Status) {
+	m, _, st := t.RemotePin(c, rkey, addr, n, access)
+	return m, st
+}
+
+// RemotePin is RemoteCached that also returns the key's pin: the memory
+// may be touched only between t.Enter(pin) and t.Leave(pin), a bounded
+// piece (ChunkSize) at a time, so that Dereg can guarantee that nothing
+// touches it once it returns. A zero-length request gets the zero pin.
+func (t *Target) RemotePin(c *keytab.Cache, rkey uint32, addr uint64, n int, access uint32) ([]byte, keytab.Pin, Status) {
 	// The QP's access flags hold for every request, zero-length ones too
 	// (as rxe enforces them); a zero-length request needs no valid key.
 	if sys.Load32(t.qcb, qAccess)&access == 0 {
-		return nil, RemoteAccess
+		return nil, keytab.Pin{}, RemoteAccess
 	}
 	if n == 0 {
-		return nil, Success
+		return nil, keytab.Pin{}, Success
 	}
-	var e keytab.Entry
-	var ok bool
-	if c != nil {
-		e, ok = t.keys.LookupCached(rkey, c)
-	} else {
-		e, ok = t.keys.Lookup(rkey)
-	}
+	e, pin, ok := t.keys.LookupPin(rkey, c)
 	if !ok || e.Flags&keytab.FlagRemoteKey == 0 || e.PD != t.pd || e.Flags&access == 0 || !inBounds(e, addr, n) {
-		return nil, RemoteAccess
+		return nil, keytab.Pin{}, RemoteAccess
 	}
 	m, ok := t.memory(e, addr, n)
 	if !ok {
-		return nil, RemoteAccess
+		return nil, keytab.Pin{}, RemoteAccess
 	}
-	return m, Success
+	return m, pin, Success
+}
+
+// ChunkSize bounds one touch of registered memory between two checks of
+// its key (Enter): how long Dereg may wait for an operation in flight.
+const ChunkSize = 256 << 10
+
+// Enter starts a touch of memory resolved with pin; false means the key
+// was deregistered meanwhile: the operation must not touch the memory
+// and fails with RemoteAccess.
+func (t *Target) Enter(pin keytab.Pin) bool { return t.keys.Enter(pin) }
+
+// Leave ends a touch begun by a successful Enter.
+func (t *Target) Leave(pin keytab.Pin) { t.keys.Leave(pin) }
+
+// Valid reports whether pin's key is still registered (a hint).
+func (t *Target) Valid(pin keytab.Pin) bool { return t.keys.Valid(pin) }
+
+// CopyIn copies the gather list src into dst (memory of pin) a chunk at
+// a time, each under Enter/Leave; it returns RemoteAccess, with the rest
+// not copied, when the key is deregistered on the way.
+func (t *Target) CopyIn(pin keytab.Pin, dst []byte, src [][]byte) Status {
+	for _, s := range src {
+		for len(s) > 0 {
+			k := min(len(s), ChunkSize)
+			if !t.keys.Enter(pin) {
+				return RemoteAccess
+			}
+			copy(dst, s[:k])
+			t.keys.Leave(pin)
+			dst, s = dst[k:], s[k:]
+		}
+	}
+	return Success
+}
+
+// CopyOut copies src (memory of pin) into the scatter list dst, as CopyIn.
+func (t *Target) CopyOut(pin keytab.Pin, dst [][]byte, src []byte) Status {
+	for _, d := range dst {
+		for len(d) > 0 && len(src) > 0 {
+			k := min(len(d), len(src), ChunkSize)
+			if !t.keys.Enter(pin) {
+				return RemoteAccess
+			}
+			copy(d, src[:k])
+			t.keys.Leave(pin)
+			d, src = d[k:], src[k:]
+		}
+	}
+	return Success
 }
 
 // Atomic resolves the 8-byte word at addr for an atomic operation.
 func (t *Target) Atomic(rkey uint32, addr uint64) ([]byte, Status) {
+	m, _, st := t.AtomicPin(rkey, addr)
+	return m, st
+}
+
+// AtomicPin is Atomic with the key's pin (the atomic is one touch).
+func (t *Target) AtomicPin(rkey uint32, addr uint64) ([]byte, keytab.Pin, Status) {
 	if addr&7 != 0 {
-		return nil, RemoteInvalidReq
+		return nil, keytab.Pin{}, RemoteInvalidReq
 	}
-	return t.Remote(rkey, addr, 8, AccessRemoteAtomic)
+	return t.RemotePin(nil, rkey, addr, 8, AccessRemoteAtomic)
 }
 
 // Local resolves a receive SGE (lkey, addr, n) of the target; receive

@@ -502,6 +502,22 @@ func (r *Requester) Placed(now time.Duration) []Action {
 	return r.acts
 }
 
+// PlaceFailed tells that the data of the last ActReadData could not be
+// placed as sent: the responder reported st (a remote access error: the
+// region was deregistered while the data went out). The READ completes
+// with st and the requester moves to ERROR, as for a fatal NAK.
+func (r *Requester) PlaceFailed(st rc.Status, now time.Duration) []Action {
+	r.acts = r.acts[:0]
+	if r.placing {
+		r.placing = false
+		if !r.failed && r.head == r.placeWR {
+			r.fail(st)
+		}
+	}
+	r.timer()
+	return r.acts
+}
+
 // find returns the WR whose PSNs include q (q in the window).
 func (r *Requester) find(q PSN) uint64 {
 	if r.cfg.MTU == 0 && r.head < r.tail {

@@ -175,20 +175,30 @@ func (d *qpDriver) execOne(e *soft.SendEntry) rc.Status {
 	wr := &e.WR
 	switch wr.Opcode {
 	case verbs.OpWrite:
-		dst, st := t.RemoteCached(&d.keys, wr.RKey, wr.RemoteAddr, e.Len, rc.AccessRemoteWrite)
+		// Target memory is copied a chunk at a time under its key's in-use
+		// count (rc.CopyIn): once the peer's Dereg returns, nothing here
+		// touches it, and the rest of the WRITE fails with RemoteAccess.
+		dst, pin, st := t.RemotePin(&d.keys, wr.RKey, wr.RemoteAddr, e.Len, rc.AccessRemoteWrite)
 		if st != rc.Success {
 			return st
 		}
-		gather(dst, e.Local)
+		if st := t.CopyIn(pin, dst, e.Local); st != rc.Success {
+			return st
+		}
 	case verbs.OpWriteWithImm:
-		dst, st := t.RemoteCached(&d.keys, wr.RKey, wr.RemoteAddr, e.Len, rc.AccessRemoteWrite)
+		dst, pin, st := t.RemotePin(&d.keys, wr.RKey, wr.RemoteAddr, e.Len, rc.AccessRemoteWrite)
 		if st != rc.Success {
 			return st
 		}
 		if !t.PopRecv(&d.wqe) {
 			return rc.RNR
 		}
-		gather(dst, e.Local)
+		if st := t.CopyIn(pin, dst, e.Local); st != rc.Success {
+			// The receive was taken: it completes flushed, the rest by the
+			// target's move to ERROR.
+			t.Complete(&rc.WC{WRID: d.wqe.WRID, Status: rc.WRFlush, Opcode: rc.WCRecv, QPN: t.QPN(), SrcQP: d.qp.Num()})
+			return st
+		}
 		if !t.Complete(&rc.WC{WRID: d.wqe.WRID, Opcode: rc.WCRecvWriteImm, ByteLen: uint32(e.Len),
 			Imm: wr.Imm, Flags: rc.WCWithImm, QPN: t.QPN(), SrcQP: d.qp.Num()}) {
 			return rc.RemoteOperation
@@ -217,15 +227,20 @@ func (d *qpDriver) execOne(e *soft.SendEntry) rc.Status {
 			return rc.RemoteOperation
 		}
 	case verbs.OpRead:
-		src, st := t.RemoteCached(&d.keys, wr.RKey, wr.RemoteAddr, e.Len, rc.AccessRemoteRead)
+		src, pin, st := t.RemotePin(&d.keys, wr.RKey, wr.RemoteAddr, e.Len, rc.AccessRemoteRead)
 		if st != rc.Success {
 			return st
 		}
-		scatter(e.Local, src)
+		if st := t.CopyOut(pin, e.Local, src); st != rc.Success {
+			return st
+		}
 	case verbs.OpCompareAndSwap, verbs.OpFetchAndAdd:
-		word, st := t.Atomic(wr.RKey, wr.RemoteAddr)
+		word, pin, st := t.AtomicPin(wr.RKey, wr.RemoteAddr)
 		if st != rc.Success {
 			return st
+		}
+		if !t.Enter(pin) {
+			return rc.RemoteAccess
 		}
 		var old uint64
 		if wr.Opcode == verbs.OpCompareAndSwap {
@@ -233,6 +248,7 @@ func (d *qpDriver) execOne(e *soft.SendEntry) rc.Status {
 		} else {
 			old = fetchAdd(word, wr.CompareAdd)
 		}
+		t.Leave(pin)
 		if len(e.Local) == 1 {
 			binary.LittleEndian.PutUint64(e.Local[0], old)
 		}
@@ -240,20 +256,6 @@ func (d *qpDriver) execOne(e *soft.SendEntry) rc.Status {
 		return rc.LocalQPOperation
 	}
 	return rc.Success
-}
-
-func gather(dst []byte, src [][]byte) {
-	for _, s := range src {
-		n := copy(dst, s)
-		dst = dst[n:]
-	}
-}
-
-func scatter(dst [][]byte, src []byte) {
-	for _, d := range dst {
-		n := copy(d, src)
-		src = src[n:]
-	}
 }
 
 // poll is the progress goroutine's visit: peer death, errors a peer

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rdmakit/rdmakit/internal/conformance"
 	"github.com/rdmakit/rdmakit/verbs"
 )
 
@@ -116,3 +117,8 @@ func TestStalledPeerDisconnected(t *testing.T) {
 	wc := a.waitCQ(a.scq, 1, 10*time.Second)
 	expect(t, wc[0], verbs.StatusRetryExceeded)
 }
+
+// Once Dereg returns, a WRITE or READ in flight no longer touches the
+// region: it never writes into, or reads out of, a region AllocMR hands
+// out next.
+func TestDeregInFlight(t *testing.T) { conformance.DeregInFlight(t, "tcp0") }

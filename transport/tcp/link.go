@@ -71,6 +71,9 @@ var (
 	errProtocol  = errors.New("tcp: protocol violation by the peer")
 	errBadAccept = errors.New("tcp: unexpected connection accept")
 	errStalled   = errors.New("tcp: the peer does not read its responses")
+	// errDeregistered: the region a request was moving data into or out
+	// of was deregistered meanwhile; the rest must not touch its memory.
+	errDeregistered = errors.New("tcp: memory region deregistered during the transfer")
 )
 
 type link struct {
@@ -132,6 +135,12 @@ type link struct {
 	stall   bool         // maxQueuedResp responses queued: wait for the peer to read
 	keys    keytab.Cache // last rkey resolved
 	rdMem   []byte       // data of the READ_RESP the responder queued last
+	rdPin   keytab.Pin   // and its key's pin
+	// pinned non-blocking read (readPinned, rawReadPinned)
+	pin       keytab.Pin
+	pinWait   bool
+	pinLost   bool
+	readPinFn func(fd uintptr) bool
 	// frames and bytes handled since output was last flushed
 	owedFrames int
 	owedBytes  int
@@ -141,8 +150,10 @@ type link struct {
 	tryErr error
 	wqe    rc.RecvWQE
 	segs   [rc.MaxSGE][]byte
-	one    [1][]byte
 	pkt    rcproto.Packet
+	// READ_RESP status trailer (handleResponse)
+	trailer  [trailerLen]byte
+	trailSeg [1][]byte
 }
 
 func newLink(d *qpDriver, peer qpAddr, ip net.IP, dialer bool, rqpsn psn, maxDestRd int) *link {
@@ -158,6 +169,7 @@ func newLink(d *qpDriver, peer qpAddr, ip net.IP, dialer bool, rqpsn psn, maxDes
 	l.cond.L = &d.mu
 	l.writeFn = l.rawWrite
 	l.readFn = l.rawRead
+	l.readPinFn = l.rawReadPinned
 	l.timer = time.AfterFunc(time.Hour, l.onTimer)
 	l.timer.Stop()
 	l.out.init()

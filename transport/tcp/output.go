@@ -18,6 +18,8 @@ package tcp
 // connection ended when it has read everything the peer sent before.
 
 import (
+	"github.com/rdmakit/rdmakit/internal/keytab"
+	"github.com/rdmakit/rdmakit/internal/rc"
 	"github.com/rdmakit/rdmakit/internal/soft"
 	"github.com/rdmakit/rdmakit/internal/sys"
 	"github.com/rdmakit/rdmakit/verbs"
@@ -26,7 +28,8 @@ import (
 // response is a queued response frame.
 type response struct {
 	hdr  [headerLen]byte
-	data []byte // READ_RESP payload, in target memory
+	data []byte     // READ_RESP payload, in target memory
+	pin  keytab.Pin // data's key: checked before each write of it
 	op   opcode
 }
 
@@ -42,7 +45,13 @@ type output struct {
 	waiting              bool // the reader waits for responses to leave (awaitOutput)
 
 	// The batch: owned by the token holder.
-	batch     [sys.MaxIOV][]byte
+	batch [sys.MaxIOV][]byte
+	kinds [sys.MaxIOV]uint8      // seg*: what each buffer of batch is
+	pins  [sys.MaxIOV]keytab.Pin // segData, segTrailer: the READ's key
+	// rPhase and rOff: how much of response rTaken is in batches so far
+	// (0: nothing, 1: the header and rOff bytes of data, 2: all data).
+	rPhase    int
+	rOff      int
 	bi, bn    int // batch[bi:bn] is still to write
 	batchResp uint64
 	iov       sys.IOVecs
@@ -52,13 +61,31 @@ type output struct {
 
 func (o *output) init() { o.resp = make([]response, 64) }
 
+// Kinds of batch buffers.
+const (
+	segPlain   uint8 = iota // written as is
+	segData                 // READ data in target memory: written under its pin
+	segTrailer              // READ_RESP status trailer, not decided yet
+	segEntered              // segData inside Enter during one writev
+)
+
+var (
+	// zeroChunk replaces READ data whose region was deregistered while it
+	// went out: the stream must carry the promised bytes, never the
+	// memory's.
+	zeroChunk = make([]byte, rc.ChunkSize)
+	// The READ_RESP status trailers (see header.go).
+	trailerOK  [trailerLen]byte
+	trailerBad = [trailerLen]byte{3: byte(rc.RemoteAccess)}
+)
+
 func (o *output) pendingResp() bool { return o.rTaken < o.rTail }
 
 // queueLocked appends a response. An ACK replaces an ACK queued last
 // and not yet taken into a batch (it acknowledges everything that one
 // did), so a peer that does not read gets at most one ACK queued per
 // other response.
-func (l *link) queueLocked(f *frame, data []byte) {
+func (l *link) queueLocked(f *frame, data []byte, pin keytab.Pin) {
 	o := &l.out
 	mask := uint64(len(o.resp) - 1)
 	if f.op == opAck && o.rTail > o.rTaken {
@@ -79,7 +106,7 @@ func (l *link) queueLocked(f *frame, data []byte) {
 	}
 	r := &o.resp[o.rTail&mask]
 	header(r.hdr[:]).encode(f)
-	r.data = data
+	r.data, r.pin = data, pin
 	r.op = f.op
 	if f.op == opReadResp || f.op == opAtomicResp {
 		l.rdHeld.Add(1)
@@ -102,19 +129,43 @@ func (l *link) buildBatchLocked() bool {
 	o := &l.out
 	n := 0
 	mask := uint64(len(o.resp) - 1)
-	for o.rTaken < o.rTail && n+2 <= len(o.batch) {
+	for o.rTaken < o.rTail && n < len(o.batch) {
 		r := &o.resp[o.rTaken&mask]
-		o.batch[n] = r.hdr[:]
-		n++
-		if len(r.data) > 0 {
-			o.batch[n] = r.data
+		switch o.rPhase {
+		case 0: // the header
+			if len(r.data) > 0 && !l.t.Valid(r.pin) {
+				// Deregistered before its data went out: the READ fails
+				// with a remote access error instead, and this QP goes to
+				// ERROR.
+				header(r.hdr[:]).encode(&frame{op: opNak, syndrome: synRemoteAccess, psn: header(r.hdr[:]).psn()})
+				r.data, r.pin = nil, keytab.Pin{}
+				l.t.Fail(!l.d.srq)
+			}
+			o.batch[n], o.kinds[n] = r.hdr[:], segPlain
 			n++
+			o.rPhase, o.rOff = 1, 0
+		case 1: // READ data, a chunk per buffer (each written under its pin)
+			for o.rOff < len(r.data) && n < len(o.batch) {
+				k := min(len(r.data)-o.rOff, rc.ChunkSize)
+				o.batch[n], o.pins[n], o.kinds[n] = r.data[o.rOff:o.rOff+k], r.pin, segData
+				n++
+				o.rOff += k
+			}
+			if o.rOff == len(r.data) {
+				o.rPhase = 2
+			}
+		case 2: // the status trailer, decided when it is written
+			if header(r.hdr[:]).flags()&flagStatus != 0 {
+				o.batch[n], o.pins[n], o.kinds[n] = trailerOK[:], r.pin, segTrailer
+				n++
+			}
+			o.rPhase = 0
+			if r.op == opReadResp || r.op == opAtomicResp {
+				l.rdHeld.Add(-1)
+			}
+			o.rTaken++
+			o.batchResp++
 		}
-		if r.op == opReadResp || r.op == opAtomicResp {
-			l.rdHeld.Add(-1)
-		}
-		o.rTaken++
-		o.batchResp++
 	}
 	if l.canSendLocked() && l.postLocked() {
 		qp := l.qp
@@ -137,11 +188,11 @@ func (l *link) buildBatchLocked() bool {
 				encodeRequest(header(h), e, p.PSN)
 				l.encoded = p.WR + 1
 			}
-			o.batch[n] = h
+			o.batch[n], o.kinds[n] = h, segPlain
 			n++
 			if payload {
 				for _, s := range e.Local {
-					o.batch[n] = s
+					o.batch[n], o.kinds[n] = s, segPlain
 					n++
 				}
 			}
@@ -182,6 +233,7 @@ func (l *link) accountLocked() {
 	mask := uint64(len(o.resp) - 1)
 	for ; o.batchResp > 0; o.batchResp-- {
 		o.resp[o.rHead&mask].data = nil
+		o.resp[o.rHead&mask].pin = keytab.Pin{}
 		o.rHead++
 	}
 	if o.waiting {
@@ -206,6 +258,7 @@ func (l *link) brokenLocked() {
 		o.resp[i&uint64(len(o.resp)-1)].data = nil
 	}
 	o.rTaken, o.rHead = o.rTail, o.rTail
+	o.rPhase, o.rOff = 0, 0
 	l.rdHeld.Store(0)
 	l.cond.Broadcast()
 }
@@ -304,7 +357,37 @@ func (l *link) writeBatch(block bool) error {
 func (l *link) rawWrite(fd uintptr) bool {
 	o := &l.out
 	for o.bi < o.bn {
+		// Target memory is written under its key's in-use count (one
+		// non-blocking writev is a bounded touch): a Dereg waits for it,
+		// and data of a region deregistered meanwhile is never sent:
+		// zeros go in its place, and the READ's trailer says
+		// RemoteAccess.
+		t := l.t
+		for i := o.bi; i < o.bn; i++ {
+			switch o.kinds[i] {
+			case segData:
+				if t.Enter(o.pins[i]) {
+					o.kinds[i] = segEntered
+				} else {
+					o.batch[i], o.kinds[i] = zeroChunk[:len(o.batch[i])], segPlain
+				}
+			case segTrailer:
+				if t.Valid(o.pins[i]) {
+					o.batch[i] = trailerOK[:]
+				} else {
+					o.batch[i] = trailerBad[:]
+					t.Fail(!l.d.srq) // the responder NAKed: its QP goes to ERROR
+				}
+				o.kinds[i] = segPlain
+			}
+		}
 		n, err := sys.Writev(int(fd), o.batch[o.bi:o.bn], &o.iov)
+		for i := o.bi; i < o.bn; i++ {
+			if o.kinds[i] == segEntered {
+				t.Leave(o.pins[i])
+				o.kinds[i] = segData
+			}
+		}
 		if err == sys.ErrAgain {
 			return !o.block
 		}

@@ -1,0 +1,138 @@
+package conformance
+
+// DeregInFlight is not one of the suite's cases (it runs on the software
+// devices only, called by their tests): it checks the memory-registration
+// guarantee for operations already in flight.
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/rdmakit/rdmakit/verbs"
+)
+
+// DeregInFlight races a large WRITE and a large READ with the target's
+// Dereg followed by AllocMR of the same size (which gets the same memory
+// back when the old memory is free): once Dereg has returned, the
+// operation must not touch the memory, so the WRITE never writes into the
+// new region and the READ never returns its contents; the operation
+// either completes before Dereg returns or fails with RemoteAccess.
+func DeregInFlight(t *testing.T, device string) {
+	const size = 48 << 20
+	for _, op := range []verbs.Opcode{verbs.OpWrite, verbs.OpRead} {
+		for i, delay := range []time.Duration{0, 200 * time.Microsecond, time.Millisecond, 3 * time.Millisecond, 6 * time.Millisecond} {
+			t.Run(fmt.Sprintf("%s-%d", op, i), func(t *testing.T) { deregRound(t, device, op, size, delay) })
+		}
+	}
+}
+
+type deregEnd struct {
+	ctx *verbs.Context
+	pd  *verbs.PD
+	cq  *verbs.CQ
+	qp  *verbs.QP
+	psn uint32
+}
+
+func newDeregEnd(t *testing.T, device string) *deregEnd {
+	ctx, err := verbs.Open(device, verbs.Options{})
+	must(t, err)
+	t.Cleanup(func() { ctx.Close() })
+	e := &deregEnd{ctx: ctx, psn: verbs.RandomPSN()}
+	e.pd, err = ctx.AllocPD()
+	must(t, err)
+	e.cq, err = ctx.CreateCQ(64)
+	must(t, err)
+	e.qp, err = e.pd.CreateQP(verbs.QPConfig{SendCQ: e.cq, RecvCQ: e.cq, Cap: verbs.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	must(t, err)
+	must(t, e.qp.Modify(verbs.QPAttr{State: verbs.QPInit, AccessFlags: verbs.AccessRemoteWrite | verbs.AccessRemoteRead, Port: 1}))
+	return e
+}
+
+func (e *deregEnd) connect(t *testing.T, r *deregEnd) {
+	must(t, e.qp.Modify(verbs.QPAttr{State: verbs.QPRTR, PathMTU: verbs.MTU4096, DestQPN: r.qp.Num(), RQPSN: r.psn,
+		AH: verbs.AddressHandle{Dest: r.qp.Address()}, MinRNRTimer: 1, MaxDestRdAtomic: 16}))
+	must(t, e.qp.Modify(verbs.QPAttr{State: verbs.QPRTS, SQPSN: e.psn, Timeout: 14, RetryCount: 7, RNRRetry: 7, MaxRdAtomic: 16}))
+}
+
+func deregRound(t *testing.T, device string, op verbs.Opcode, size int, delay time.Duration) {
+	a := newDeregEnd(t, device)
+	b := newDeregEnd(t, device)
+	a.connect(t, b)
+	b.connect(t, a)
+	local, err := a.pd.AllocMR(size, verbs.AccessAll)
+	must(t, err)
+	target, err := b.pd.AllocMR(size, verbs.AccessAll)
+	must(t, err)
+	const old, secret = 0x11, 0xEE
+	if op == verbs.OpWrite {
+		fill(local.Bytes(), old)
+	} else {
+		fill(target.Bytes(), old)
+	}
+	posted := make(chan error, 1)
+	go func() {
+		// shm executes in PostSend: the copy runs on this goroutine.
+		posted <- a.qp.PostSend([]verbs.SendWR{{ID: 1, Opcode: op, Flags: verbs.SendSignaled, SGL: []verbs.SGE{local.SGE(0, size)},
+			RemoteAddr: target.Addr(), RKey: target.RKey()}})
+	}()
+	time.Sleep(delay)
+	must(t, target.Dereg())
+	deregAt := time.Now()
+	fresh, err := b.pd.AllocMR(size, verbs.AccessAll)
+	must(t, err)
+	// The new region is zeroed; what is not zero now was written after
+	// Dereg returned.
+	for i, x := range fresh.Bytes() {
+		if x != 0 {
+			t.Fatalf("byte %d of a region allocated after Dereg returned is %#x at once", i, x)
+		}
+	}
+	if op == verbs.OpRead {
+		fill(fresh.Bytes(), secret)
+	}
+	must(t, <-posted)
+	var wcs [1]verbs.WorkCompletion
+	deadline := time.Now().Add(pollTimeout)
+	for {
+		n, err := a.cq.Poll(wcs[:])
+		must(t, err)
+		if n == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no completion")
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+	wc := wcs[0]
+	t.Logf("%s of %d bytes, Dereg after %v: %s (%v after Dereg returned)", op, size, delay, wc.Status, time.Since(deregAt))
+	if wc.Status != verbs.StatusSuccess && wc.Status != verbs.StatusRemoteAccess {
+		t.Fatalf("completed with %s, want success or remote access error", wc.Status)
+	}
+	// Give a transfer that ignores the Dereg time to do its harm.
+	time.Sleep(20 * time.Millisecond)
+	if op == verbs.OpWrite {
+		for i, x := range fresh.Bytes() {
+			if x != 0 {
+				t.Fatalf("the WRITE wrote byte %d of a region allocated after Dereg returned", i)
+			}
+		}
+	} else {
+		for i, x := range local.Bytes() {
+			if x == secret {
+				t.Fatalf("the READ returned byte %d of a region allocated after Dereg returned", i)
+			}
+			if x != old && wc.Status == verbs.StatusSuccess {
+				t.Fatalf("the READ succeeded but byte %d is %#x, not what the region held before Dereg", i, x)
+			}
+		}
+	}
+}
+
+func fill(b []byte, v byte) {
+	for i := range b {
+		b[i] = v
+	}
+}
