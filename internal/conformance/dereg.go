@@ -12,15 +12,17 @@ import (
 	"github.com/rdmakit/rdmakit/verbs"
 )
 
-// DeregInFlight races a large WRITE and a large READ with the target's
-// Dereg followed by AllocMR of the same size (which gets the same memory
-// back when the old memory is free): once Dereg has returned, the
-// operation must not touch the memory, so the WRITE never writes into the
-// new region and the READ never returns its contents; the operation
-// either completes before Dereg returns or fails with RemoteAccess.
+// DeregInFlight races a large WRITE, READ and SEND with the target's
+// Dereg (of the region written, read, or receiving) followed by AllocMR of
+// the same size (which gets the same memory back when the old memory is
+// free): once Dereg has returned, the operation must not touch the memory,
+// so the WRITE and SEND never write into the new region and the READ
+// never returns its contents; the operation either completes before Dereg
+// returns or fails (RemoteAccess; a SEND whose receive buffer went away
+// with RemoteOperation).
 func DeregInFlight(t *testing.T, device string) {
 	const size = 48 << 20
-	for _, op := range []verbs.Opcode{verbs.OpWrite, verbs.OpRead} {
+	for _, op := range []verbs.Opcode{verbs.OpWrite, verbs.OpRead, verbs.OpSend} {
 		for i, delay := range []time.Duration{0, 200 * time.Microsecond, time.Millisecond, 3 * time.Millisecond, 6 * time.Millisecond} {
 			t.Run(fmt.Sprintf("%s-%d", op, i), func(t *testing.T) { deregRound(t, device, op, size, delay) })
 		}
@@ -66,10 +68,13 @@ func deregRound(t *testing.T, device string, op verbs.Opcode, size int, delay ti
 	target, err := b.pd.AllocMR(size, verbs.AccessAll)
 	must(t, err)
 	const old, secret = 0x11, 0xEE
-	if op == verbs.OpWrite {
-		fill(local.Bytes(), old)
-	} else {
+	if op == verbs.OpRead {
 		fill(target.Bytes(), old)
+	} else {
+		fill(local.Bytes(), old)
+	}
+	if op == verbs.OpSend {
+		must(t, b.qp.PostRecv([]verbs.RecvWR{{ID: 9, SGL: []verbs.SGE{target.SGE(0, size)}}}))
 	}
 	posted := make(chan error, 1)
 	go func() {
@@ -108,15 +113,19 @@ func deregRound(t *testing.T, device string, op verbs.Opcode, size int, delay ti
 	}
 	wc := wcs[0]
 	t.Logf("%s of %d bytes, Dereg after %v: %s (%v after Dereg returned)", op, size, delay, wc.Status, time.Since(deregAt))
-	if wc.Status != verbs.StatusSuccess && wc.Status != verbs.StatusRemoteAccess {
-		t.Fatalf("completed with %s, want success or remote access error", wc.Status)
+	fail := verbs.StatusRemoteAccess
+	if op == verbs.OpSend {
+		fail = verbs.StatusRemoteOperation
+	}
+	if wc.Status != verbs.StatusSuccess && wc.Status != fail {
+		t.Fatalf("completed with %s, want success or %s", wc.Status, fail)
 	}
 	// Give a transfer that ignores the Dereg time to do its harm.
 	time.Sleep(20 * time.Millisecond)
-	if op == verbs.OpWrite {
+	if op != verbs.OpRead {
 		for i, x := range fresh.Bytes() {
 			if x != 0 {
-				t.Fatalf("the WRITE wrote byte %d of a region allocated after Dereg returned", i)
+				t.Fatalf("the %s wrote byte %d of a region allocated after Dereg returned", op, i)
 			}
 		}
 	} else {

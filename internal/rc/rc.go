@@ -350,18 +350,24 @@ func (t *Target) AtomicPin(rkey uint32, addr uint64) ([]byte, keytab.Pin, Status
 // Local resolves a receive SGE (lkey, addr, n) of the target; receive
 // buffers need local write access.
 func (t *Target) Local(lkey uint32, addr uint64, n int) ([]byte, Status) {
+	m, _, st := t.LocalPin(lkey, addr, n)
+	return m, st
+}
+
+// LocalPin is Local with the key's pin (see RemotePin).
+func (t *Target) LocalPin(lkey uint32, addr uint64, n int) ([]byte, keytab.Pin, Status) {
 	if n == 0 {
-		return nil, Success
+		return nil, keytab.Pin{}, Success
 	}
-	e, ok := t.keys.Lookup(lkey)
+	e, pin, ok := t.keys.LookupPin(lkey, nil)
 	if !ok || e.Flags&keytab.FlagRemoteKey != 0 || e.PD != t.pd || e.Flags&AccessLocalWrite == 0 || !inBounds(e, addr, n) {
-		return nil, LocalProtection
+		return nil, keytab.Pin{}, LocalProtection
 	}
 	m, ok := t.memory(e, addr, n)
 	if !ok {
-		return nil, LocalProtection
+		return nil, keytab.Pin{}, LocalProtection
 	}
-	return m, Success
+	return m, pin, Success
 }
 
 // PopRecv takes the oldest posted receive of the target into w.
@@ -514,6 +520,12 @@ func (wc *WC) Decode(b []byte) {
 // longer than the receive gives LocalLength; a bad receive SGE gives
 // LocalProtection.
 func (t *Target) ScatterRecv(w *RecvWQE, n int, segs [][]byte) (int, Status) {
+	return t.ScatterRecvPin(w, n, segs, nil)
+}
+
+// ScatterRecvPin is ScatterRecv that also records each segment's pin in
+// pins (len >= w.N; nil: none), for CopySGPinned.
+func (t *Target) ScatterRecvPin(w *RecvWQE, n int, segs [][]byte, pins []keytab.Pin) (int, Status) {
 	if uint64(n) > w.Total() {
 		return 0, LocalLength
 	}
@@ -525,11 +537,14 @@ func (t *Target) ScatterRecv(w *RecvWQE, n int, segs [][]byte) (int, Status) {
 		if take > left {
 			take = left
 		}
-		m, st := t.Local(sg.LKey, sg.Addr, int(sg.Len))
+		m, pin, st := t.LocalPin(sg.LKey, sg.Addr, int(sg.Len))
 		if st != Success {
 			return 0, st
 		}
 		segs[used] = m[:take]
+		if pins != nil {
+			pins[used] = pin
+		}
 		used++
 		left -= take
 	}
@@ -549,6 +564,33 @@ func (t *Target) Fail(flushRQ bool) {
 	for t.PopRecv(&w) {
 		t.Complete(&WC{WRID: w.WRID, Status: WRFlush, Opcode: WCRecv, QPN: t.qpn})
 	}
+}
+
+// CopySGPinned is CopySG into target memory whose segments are pinned by
+// pins: a chunk (ChunkSize at most) at a time, each under Enter/Leave. It
+// returns false, with the rest not copied, when a segment's key is
+// deregistered on the way.
+func (t *Target) CopySGPinned(dst [][]byte, pins []keytab.Pin, src [][]byte) bool {
+	di, doff := 0, 0
+	for _, s := range src {
+		for len(s) > 0 {
+			for di < len(dst) && doff == len(dst[di]) {
+				di, doff = di+1, 0
+			}
+			if di == len(dst) {
+				return true
+			}
+			k := min(len(s), len(dst[di])-doff, ChunkSize)
+			if !t.keys.Enter(pins[di]) {
+				return false
+			}
+			copy(dst[di][doff:], s[:k])
+			t.keys.Leave(pins[di])
+			doff += k
+			s = s[k:]
+		}
+	}
+	return true
 }
 
 // CopySG copies from the gather list src into the scatter list dst, as a

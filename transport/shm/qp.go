@@ -29,7 +29,8 @@ type qpDriver struct {
 	rnrTries int       // receiver-not-ready retries spent on entry next
 	rnrAt    time.Time // non-zero while entry next waits out an RNR
 	attr     verbs.QPAttr
-	segs     [rc.MaxSGE][]byte // receive scatter scratch
+	segs     [rc.MaxSGE][]byte     // receive scatter scratch
+	pins     [rc.MaxSGE]keytab.Pin // and the keys of its segments
 	wqe      rc.RecvWQE
 	keys     keytab.Cache // the peer's last rkey
 }
@@ -207,7 +208,12 @@ func (d *qpDriver) execOne(e *soft.SendEntry) rc.Status {
 		if !t.PopRecv(&d.wqe) {
 			return rc.RNR
 		}
-		n, st := t.ScatterRecv(&d.wqe, e.Len, d.segs[:])
+		n, st := t.ScatterRecvPin(&d.wqe, e.Len, d.segs[:], d.pins[:])
+		if st == rc.Success && !t.CopySGPinned(d.segs[:n], d.pins[:n], e.Local) {
+			// A receive buffer deregistered while the message went in.
+			st = rc.LocalProtection
+		}
+		clear(d.segs[:n])
 		if st != rc.Success {
 			// The receiver's error: its receive completes with it, its QP
 			// goes to ERROR; the requester learns of a remote error.
@@ -218,7 +224,6 @@ func (d *qpDriver) execOne(e *soft.SendEntry) rc.Status {
 			}
 			return rc.RemoteOperation
 		}
-		rc.CopySG(d.segs[:n], e.Local)
 		w := rc.WC{WRID: d.wqe.WRID, Opcode: rc.WCRecv, ByteLen: uint32(e.Len), QPN: t.QPN(), SrcQP: d.qp.Num()}
 		if wr.Opcode == verbs.OpSendWithImm {
 			w.Imm, w.Flags = wr.Imm, rc.WCWithImm

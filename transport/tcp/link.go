@@ -150,6 +150,7 @@ type link struct {
 	tryErr error
 	wqe    rc.RecvWQE
 	segs   [rc.MaxSGE][]byte
+	rpins  [rc.MaxSGE]keytab.Pin
 	pkt    rcproto.Packet
 	// READ_RESP status trailer (handleResponse)
 	trailer  [trailerLen]byte

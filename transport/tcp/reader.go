@@ -411,15 +411,28 @@ func (l *link) handleRequest(f *frame) error {
 			res.Status, res.RNRTimer = rc.RNR, t.MinRNR()
 			break
 		}
-		k, st := t.ScatterRecv(&l.wqe, n, l.segs[:])
+		k, st := t.ScatterRecvPin(&l.wqe, n, l.segs[:], l.rpins[:])
 		if st != rc.Success {
 			if err := l.discard(pay); err != nil {
 				return err
 			}
 			return l.recvFailed(st)
 		}
-		err := l.readInto(l.segs[:k], n)
+		got := 0
+		var err error
+		for i := 0; i < k && err == nil; i++ {
+			var c int
+			c, err = l.readPinned(l.segs[i], l.rpins[i])
+			got += c
+		}
 		clear(l.segs[:k])
+		if err == errDeregistered {
+			// A receive buffer deregistered while the message went in.
+			if err := l.discard(n - got); err != nil {
+				return err
+			}
+			return l.recvFailed(rc.LocalProtection)
+		}
 		if err != nil {
 			l.lostRecv()
 			return err
