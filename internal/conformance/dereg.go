@@ -12,19 +12,22 @@ import (
 	"github.com/rdmakit/rdmakit/verbs"
 )
 
-// DeregInFlight races a large WRITE, READ and SEND with the target's
-// Dereg (of the region written, read, or receiving) followed by AllocMR of
-// the same size (which gets the same memory back when the old memory is
-// free): once Dereg has returned, the operation must not touch the memory,
-// so the WRITE and SEND never write into the new region and the READ
-// never returns its contents; the operation either completes before Dereg
-// returns or fails (RemoteAccess; a SEND whose receive buffer went away
-// with RemoteOperation).
+// DeregInFlight races a large WRITE, READ and SEND with a Dereg followed
+// by AllocMR of the same size (which gets the same memory back when the
+// old memory is free), of the target's region (written, read, or
+// receiving) and of the initiator's own (read or written): once Dereg has
+// returned, the operation must not touch the memory, so it never writes
+// into the new region nor reads out of it. The operation either completes
+// before Dereg returns or fails: RemoteAccess for a target region (a SEND
+// whose receive buffer went away: RemoteOperation), LocalProtection for
+// the initiator's.
 func DeregInFlight(t *testing.T, device string) {
 	const size = 48 << 20
-	for _, op := range []verbs.Opcode{verbs.OpWrite, verbs.OpRead, verbs.OpSend} {
-		for i, delay := range []time.Duration{0, 200 * time.Microsecond, time.Millisecond, 3 * time.Millisecond, 6 * time.Millisecond} {
-			t.Run(fmt.Sprintf("%s-%d", op, i), func(t *testing.T) { deregRound(t, device, op, size, delay) })
+	for _, side := range []string{"target", "local"} {
+		for _, op := range []verbs.Opcode{verbs.OpWrite, verbs.OpRead, verbs.OpSend} {
+			for i, delay := range []time.Duration{0, time.Millisecond, 4 * time.Millisecond} {
+				t.Run(fmt.Sprintf("%s-%s-%d", side, op, i), func(t *testing.T) { deregRound(t, device, op, side == "local", size, delay) })
+			}
 		}
 	}
 }
@@ -58,34 +61,52 @@ func (e *deregEnd) connect(t *testing.T, r *deregEnd) {
 	must(t, e.qp.Modify(verbs.QPAttr{State: verbs.QPRTS, SQPSN: e.psn, Timeout: 14, RetryCount: 7, RNRRetry: 7, MaxRdAtomic: 16}))
 }
 
-func deregRound(t *testing.T, device string, op verbs.Opcode, size int, delay time.Duration) {
+func deregRound(t *testing.T, device string, op verbs.Opcode, local bool, size int, delay time.Duration) {
 	a := newDeregEnd(t, device)
 	b := newDeregEnd(t, device)
 	a.connect(t, b)
 	b.connect(t, a)
-	local, err := a.pd.AllocMR(size, verbs.AccessAll)
+	src, err := a.pd.AllocMR(size, verbs.AccessAll)
 	must(t, err)
-	target, err := b.pd.AllocMR(size, verbs.AccessAll)
+	dst, err := b.pd.AllocMR(size, verbs.AccessAll)
 	must(t, err)
-	const old, secret = 0x11, 0xEE
 	if op == verbs.OpRead {
-		fill(target.Bytes(), old)
-	} else {
-		fill(local.Bytes(), old)
+		src, dst = dst, src // data flows from b's region to a's
+	}
+	// gone is the region deregistered; owner the PD it was allocated
+	// from, which allocates the new one.
+	gone, owner := dst, b.pd
+	if op == verbs.OpRead {
+		gone, owner = src, b.pd
+	}
+	if local {
+		gone, owner = src, a.pd
+		if op == verbs.OpRead {
+			gone = dst
+		}
+	}
+	// What the new region must never see: written after Dereg returned
+	// (gone is the destination), or read out of it (gone is the source).
+	goneIsDst := gone == dst
+	const old, secret = 0x11, 0xEE
+	fill(src.Bytes(), old)
+	laddr, lmr := src, dst // a's region and b's
+	if op == verbs.OpRead {
+		laddr, lmr = dst, src
 	}
 	if op == verbs.OpSend {
-		must(t, b.qp.PostRecv([]verbs.RecvWR{{ID: 9, SGL: []verbs.SGE{target.SGE(0, size)}}}))
+		must(t, b.qp.PostRecv([]verbs.RecvWR{{ID: 9, SGL: []verbs.SGE{dst.SGE(0, size)}}}))
 	}
 	posted := make(chan error, 1)
 	go func() {
 		// shm executes in PostSend: the copy runs on this goroutine.
-		posted <- a.qp.PostSend([]verbs.SendWR{{ID: 1, Opcode: op, Flags: verbs.SendSignaled, SGL: []verbs.SGE{local.SGE(0, size)},
-			RemoteAddr: target.Addr(), RKey: target.RKey()}})
+		posted <- a.qp.PostSend([]verbs.SendWR{{ID: 1, Opcode: op, Flags: verbs.SendSignaled, SGL: []verbs.SGE{laddr.SGE(0, size)},
+			RemoteAddr: lmr.Addr(), RKey: lmr.RKey()}})
 	}()
 	time.Sleep(delay)
-	must(t, target.Dereg())
+	must(t, gone.Dereg())
 	deregAt := time.Now()
-	fresh, err := b.pd.AllocMR(size, verbs.AccessAll)
+	fresh, err := owner.AllocMR(size, verbs.AccessAll)
 	must(t, err)
 	// The new region is zeroed; what is not zero now was written after
 	// Dereg returned.
@@ -94,7 +115,7 @@ func deregRound(t *testing.T, device string, op verbs.Opcode, size int, delay ti
 			t.Fatalf("byte %d of a region allocated after Dereg returned is %#x at once", i, x)
 		}
 	}
-	if op == verbs.OpRead {
+	if !goneIsDst {
 		fill(fresh.Bytes(), secret)
 	}
 	must(t, <-posted)
@@ -114,7 +135,10 @@ func deregRound(t *testing.T, device string, op verbs.Opcode, size int, delay ti
 	wc := wcs[0]
 	t.Logf("%s of %d bytes, Dereg after %v: %s (%v after Dereg returned)", op, size, delay, wc.Status, time.Since(deregAt))
 	fail := verbs.StatusRemoteAccess
-	if op == verbs.OpSend {
+	switch {
+	case local:
+		fail = verbs.StatusLocalProtection
+	case op == verbs.OpSend:
 		fail = verbs.StatusRemoteOperation
 	}
 	if wc.Status != verbs.StatusSuccess && wc.Status != fail {
@@ -122,20 +146,20 @@ func deregRound(t *testing.T, device string, op verbs.Opcode, size int, delay ti
 	}
 	// Give a transfer that ignores the Dereg time to do its harm.
 	time.Sleep(20 * time.Millisecond)
-	if op != verbs.OpRead {
+	if goneIsDst {
 		for i, x := range fresh.Bytes() {
 			if x != 0 {
 				t.Fatalf("the %s wrote byte %d of a region allocated after Dereg returned", op, i)
 			}
 		}
-	} else {
-		for i, x := range local.Bytes() {
-			if x == secret {
-				t.Fatalf("the READ returned byte %d of a region allocated after Dereg returned", i)
-			}
-			if x != old && wc.Status == verbs.StatusSuccess {
-				t.Fatalf("the READ succeeded but byte %d is %#x, not what the region held before Dereg", i, x)
-			}
+		return
+	}
+	for i, x := range dst.Bytes() {
+		if x == secret {
+			t.Fatalf("the %s moved byte %d of a region allocated after Dereg returned", op, i)
+		}
+		if x != old && wc.Status == verbs.StatusSuccess {
+			t.Fatalf("the %s succeeded but byte %d is %#x, not what the region held before Dereg", op, i, x)
 		}
 	}
 }

@@ -159,6 +159,17 @@ func (t Table) Enter(p Pin) bool {
 // Leave ends a touch begun by a successful Enter.
 func (t Table) Leave(p Pin) { sys.Add32(t.b, p.so+oUse, ^uint32(0)) }
 
+// EnterOpt is Enter, except that the zero Pin (memory no key guards, such
+// as a private copy of inline data) always succeeds.
+func (t Table) EnterOpt(p Pin) bool { return p.so == 0 || t.Enter(p) }
+
+// LeaveOpt ends a touch begun by a successful EnterOpt.
+func (t Table) LeaveOpt(p Pin) {
+	if p.so != 0 {
+		t.Leave(p)
+	}
+}
+
 // Valid reports whether the pinned key is still live (a hint: only Enter
 // decides).
 func (t Table) Valid(p Pin) bool { return p.so != 0 && sys.Load32(t.b, p.so+oSeq) == p.seq }

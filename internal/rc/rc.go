@@ -296,20 +296,63 @@ func (t *Target) Enter(pin keytab.Pin) bool { return t.keys.Enter(pin) }
 // Leave ends a touch begun by a successful Enter.
 func (t *Target) Leave(pin keytab.Pin) { t.keys.Leave(pin) }
 
+// Keys returns the target's key table (for pins of its memory).
+func (t *Target) Keys() keytab.Table { return t.keys }
+
 // Valid reports whether pin's key is still registered (a hint).
 func (t *Target) Valid(pin keytab.Pin) bool { return t.keys.Valid(pin) }
 
-// CopyIn copies the gather list src into dst (memory of pin) a chunk at
-// a time, each under Enter/Leave; it returns RemoteAccess, with the rest
-// not copied, when the key is deregistered on the way.
-func (t *Target) CopyIn(pin keytab.Pin, dst []byte, src [][]byte) Status {
-	for _, s := range src {
+// LocalPins is the initiator's side of a copy: its own key table and the
+// pins of its gather or scatter list, one per segment (a zero pin is not
+// checked: inline data, a private copy). Local memory is touched under
+// them as target memory is under the target's, so that a Dereg of a
+// local region stops a work request in flight too.
+type LocalPins struct {
+	Keys keytab.Table
+	Pins []keytab.Pin
+}
+
+// Enter starts a touch of local segment i; false: deregistered.
+func (lp LocalPins) Enter(i int) bool {
+	if i >= len(lp.Pins) || lp.Pins[i].Zero() {
+		return true
+	}
+	return lp.Keys.Enter(lp.Pins[i])
+}
+
+// Leave ends a touch of segment i begun by a successful Enter.
+func (lp LocalPins) Leave(i int) {
+	if i < len(lp.Pins) && !lp.Pins[i].Zero() {
+		lp.Keys.Leave(lp.Pins[i])
+	}
+}
+
+// both enters the target pin and local segment i; it returns the status
+// of the one that failed (RemoteAccess, LocalProtection).
+func (t *Target) both(pin keytab.Pin, lp LocalPins, i int) Status {
+	if !t.keys.Enter(pin) {
+		return RemoteAccess
+	}
+	if !lp.Enter(i) {
+		t.keys.Leave(pin)
+		return LocalProtection
+	}
+	return Success
+}
+
+// CopyIn copies the gather list src (local memory of lp) into dst (target
+// memory of pin) a chunk at a time, each under both keys' in-use counts;
+// it returns RemoteAccess (LocalProtection), with the rest not copied,
+// when the target's (a local) key is deregistered on the way.
+func (t *Target) CopyIn(pin keytab.Pin, dst []byte, src [][]byte, lp LocalPins) Status {
+	for i, s := range src {
 		for len(s) > 0 {
 			k := min(len(s), ChunkSize)
-			if !t.keys.Enter(pin) {
-				return RemoteAccess
+			if st := t.both(pin, lp, i); st != Success {
+				return st
 			}
 			copy(dst, s[:k])
+			lp.Leave(i)
 			t.keys.Leave(pin)
 			dst, s = dst[k:], s[k:]
 		}
@@ -317,15 +360,17 @@ func (t *Target) CopyIn(pin keytab.Pin, dst []byte, src [][]byte) Status {
 	return Success
 }
 
-// CopyOut copies src (memory of pin) into the scatter list dst, as CopyIn.
-func (t *Target) CopyOut(pin keytab.Pin, dst [][]byte, src []byte) Status {
-	for _, d := range dst {
+// CopyOut copies src (target memory of pin) into the scatter list dst
+// (local memory of lp), as CopyIn.
+func (t *Target) CopyOut(pin keytab.Pin, dst [][]byte, src []byte, lp LocalPins) Status {
+	for i, d := range dst {
 		for len(d) > 0 && len(src) > 0 {
 			k := min(len(d), len(src), ChunkSize)
-			if !t.keys.Enter(pin) {
-				return RemoteAccess
+			if st := t.both(pin, lp, i); st != Success {
+				return st
 			}
 			copy(d, src[:k])
+			lp.Leave(i)
 			t.keys.Leave(pin)
 			d, src = d[k:], src[k:]
 		}
@@ -566,31 +611,38 @@ func (t *Target) Fail(flushRQ bool) {
 	}
 }
 
-// CopySGPinned is CopySG into target memory whose segments are pinned by
-// pins: a chunk (ChunkSize at most) at a time, each under Enter/Leave. It
-// returns false, with the rest not copied, when a segment's key is
-// deregistered on the way.
-func (t *Target) CopySGPinned(dst [][]byte, pins []keytab.Pin, src [][]byte) bool {
+// CopySGPinned is CopySG from local memory (lp) into target memory whose
+// segments are pinned by pins: a chunk (ChunkSize at most) at a time,
+// each under both keys' in-use counts. When a receive segment's key is
+// deregistered on the way it returns recv LocalProtection (the receive's
+// error), when a local one is local LocalProtection (the requester's),
+// with the rest not copied.
+func (t *Target) CopySGPinned(dst [][]byte, pins []keytab.Pin, src [][]byte, lp LocalPins) (recv, local Status) {
 	di, doff := 0, 0
-	for _, s := range src {
+	for i, s := range src {
 		for len(s) > 0 {
 			for di < len(dst) && doff == len(dst[di]) {
 				di, doff = di+1, 0
 			}
 			if di == len(dst) {
-				return true
+				return Success, Success
 			}
 			k := min(len(s), len(dst[di])-doff, ChunkSize)
 			if !t.keys.Enter(pins[di]) {
-				return false
+				return LocalProtection, Success
+			}
+			if !lp.Enter(i) {
+				t.keys.Leave(pins[di])
+				return Success, LocalProtection
 			}
 			copy(dst[di][doff:], s[:k])
+			lp.Leave(i)
 			t.keys.Leave(pins[di])
 			doff += k
 			s = s[k:]
 		}
 	}
-	return true
+	return Success, Success
 }
 
 // CopySG copies from the gather list src into the scatter list dst, as a

@@ -176,14 +176,15 @@ func (d *qpDriver) execOne(e *soft.SendEntry) rc.Status {
 	wr := &e.WR
 	switch wr.Opcode {
 	case verbs.OpWrite:
-		// Target memory is copied a chunk at a time under its key's in-use
-		// count (rc.CopyIn): once the peer's Dereg returns, nothing here
-		// touches it, and the rest of the WRITE fails with RemoteAccess.
+		// Memory is copied a chunk at a time under the keys' in-use counts
+		// (rc.CopyIn), target and local: once a Dereg returns, nothing
+		// here touches the region, and the rest of the WRITE fails with
+		// RemoteAccess (LocalProtection for a local region).
 		dst, pin, st := t.RemotePin(&d.keys, wr.RKey, wr.RemoteAddr, e.Len, rc.AccessRemoteWrite)
 		if st != rc.Success {
 			return st
 		}
-		if st := t.CopyIn(pin, dst, e.Local); st != rc.Success {
+		if st := t.CopyIn(pin, dst, e.Local, e.LocalPins(d.qp)); st != rc.Success {
 			return st
 		}
 	case verbs.OpWriteWithImm:
@@ -194,10 +195,11 @@ func (d *qpDriver) execOne(e *soft.SendEntry) rc.Status {
 		if !t.PopRecv(&d.wqe) {
 			return rc.RNR
 		}
-		if st := t.CopyIn(pin, dst, e.Local); st != rc.Success {
-			// The receive was taken: it completes flushed, the rest by the
-			// target's move to ERROR.
+		if st := t.CopyIn(pin, dst, e.Local, e.LocalPins(d.qp)); st != rc.Success {
+			// The receive was taken: it completes flushed, the rest with
+			// the target's move to ERROR.
 			t.Complete(&rc.WC{WRID: d.wqe.WRID, Status: rc.WRFlush, Opcode: rc.WCRecv, QPN: t.QPN(), SrcQP: d.qp.Num()})
+			t.Fail(true)
 			return st
 		}
 		if !t.Complete(&rc.WC{WRID: d.wqe.WRID, Opcode: rc.WCRecvWriteImm, ByteLen: uint32(e.Len),
@@ -209,9 +211,17 @@ func (d *qpDriver) execOne(e *soft.SendEntry) rc.Status {
 			return rc.RNR
 		}
 		n, st := t.ScatterRecvPin(&d.wqe, e.Len, d.segs[:], d.pins[:])
-		if st == rc.Success && !t.CopySGPinned(d.segs[:n], d.pins[:n], e.Local) {
-			// A receive buffer deregistered while the message went in.
-			st = rc.LocalProtection
+		if st == rc.Success {
+			var lst rc.Status
+			// st: a receive buffer deregistered while the message went in;
+			// lst: the local gather list's region.
+			st, lst = t.CopySGPinned(d.segs[:n], d.pins[:n], e.Local, e.LocalPins(d.qp))
+			if lst != rc.Success {
+				clear(d.segs[:n])
+				t.Complete(&rc.WC{WRID: d.wqe.WRID, Status: rc.WRFlush, Opcode: rc.WCRecv, QPN: t.QPN(), SrcQP: d.qp.Num()})
+				t.Fail(true)
+				return lst
+			}
 		}
 		clear(d.segs[:n])
 		if st != rc.Success {
@@ -236,7 +246,7 @@ func (d *qpDriver) execOne(e *soft.SendEntry) rc.Status {
 		if st != rc.Success {
 			return st
 		}
-		if st := t.CopyOut(pin, e.Local, src); st != rc.Success {
+		if st := t.CopyOut(pin, e.Local, src, e.LocalPins(d.qp)); st != rc.Success {
 			return st
 		}
 	case verbs.OpCompareAndSwap, verbs.OpFetchAndAdd:
@@ -254,8 +264,12 @@ func (d *qpDriver) execOne(e *soft.SendEntry) rc.Status {
 			old = fetchAdd(word, wr.CompareAdd)
 		}
 		t.Leave(pin)
-		if len(e.Local) == 1 {
+		if lp := e.LocalPins(d.qp); len(e.Local) == 1 {
+			if !lp.Enter(0) {
+				return rc.LocalProtection
+			}
 			binary.LittleEndian.PutUint64(e.Local[0], old)
+			lp.Leave(0)
 		}
 	default:
 		return rc.LocalQPOperation

@@ -74,12 +74,17 @@ var (
 	// errDeregistered: the region a request was moving data into or out
 	// of was deregistered meanwhile; the rest must not touch its memory.
 	errDeregistered = errors.New("tcp: memory region deregistered during the transfer")
+	// errLocalDereg: the same for the local memory of a request being
+	// sent; the stream is cut and the work request fails with
+	// LocalProtection.
+	errLocalDereg = errors.New("tcp: local memory region deregistered while its request was sent")
 )
 
 type link struct {
 	d        *qpDriver
 	qp       *soft.QP
 	t        *rc.Target
+	ltab     keytab.Table // the QP's own key table (pins of send entries)
 	peer     qpAddr
 	peerIP   net.IP
 	dialer   bool
@@ -137,6 +142,7 @@ type link struct {
 	rdMem   []byte       // data of the READ_RESP the responder queued last
 	rdPin   keytab.Pin   // and its key's pin
 	// pinned non-blocking read (readPinned, rawReadPinned)
+	ptab      keytab.Table
 	pin       keytab.Pin
 	pinWait   bool
 	pinLost   bool
@@ -159,7 +165,7 @@ type link struct {
 
 func newLink(d *qpDriver, peer qpAddr, ip net.IP, dialer bool, rqpsn psn, maxDestRd int) *link {
 	l := &link{
-		d: d, qp: d.qp, t: d.t, peer: peer, peerIP: ip, dialer: dialer, rqpsn: rqpsn,
+		d: d, qp: d.qp, t: d.t, ltab: d.qp.Keys(), peer: peer, peerIP: ip, dialer: dialer, rqpsn: rqpsn,
 		stop:     make(chan struct{}),
 		incoming: make(chan *net.TCPConn, 1),
 		wake:     make(chan struct{}, 1),
@@ -247,7 +253,13 @@ func (l *link) applyLocked(acts []rcproto.Action) (place rcproto.Action, ok bool
 				return place, false
 			}
 			if e := qp.SendEntry(a.WR); e.WR.Opcode.IsAtomic() && len(e.Local) == 1 && len(e.Local[0]) == 8 {
+				if !l.ltab.EnterOpt(e.Pins[0]) {
+					// The result buffer was deregistered meanwhile.
+					l.failHeadLocked(verbs.StatusLocalProtection)
+					return place, false
+				}
 				binary.LittleEndian.PutUint64(e.Local[0], a.Value)
+				l.ltab.LeaveOpt(e.Pins[0])
 			}
 			if !qp.CompleteSend(verbs.StatusSuccess) {
 				// The QP went to ERROR under us (a transition in progress).

@@ -67,6 +67,8 @@ const (
 	segData                 // READ data in target memory: written under its pin
 	segTrailer              // READ_RESP status trailer, not decided yet
 	segEntered              // segData inside Enter during one writev
+	segLocal                // request payload in local memory: written under its pin
+	segLocalIn              // segLocal inside Enter during one writev
 )
 
 var (
@@ -191,8 +193,8 @@ func (l *link) buildBatchLocked() bool {
 			o.batch[n], o.kinds[n] = h, segPlain
 			n++
 			if payload {
-				for _, s := range e.Local {
-					o.batch[n], o.kinds[n] = s, segPlain
+				for i, s := range e.Local {
+					o.batch[n], o.kinds[n], o.pins[n] = s, segLocal, e.Pins[i]
 					n++
 				}
 			}
@@ -222,6 +224,37 @@ func encodeRequest(h header, e *soft.SendEntry, q psn) {
 		f.imm = e.WR.Imm
 	}
 	h.encode(&f)
+}
+
+// leaveBatch ends the touches rawWrite began for batch[i:j].
+func (l *link) leaveBatch(i, j int) {
+	o := &l.out
+	for ; i < j; i++ {
+		switch o.kinds[i] {
+		case segEntered:
+			l.t.Leave(o.pins[i])
+			o.kinds[i] = segData
+		case segLocalIn:
+			l.ltab.LeaveOpt(o.pins[i])
+			o.kinds[i] = segLocal
+		}
+	}
+}
+
+// localLostLocked ends the connection when a request's local memory was
+// deregistered while it went out: the oldest work request fails with
+// LocalProtection when the reader exits.
+func (l *link) localLostLocked(err error) {
+	if err != errLocalDereg {
+		return
+	}
+	if l.failSt == verbs.StatusSuccess {
+		l.failSt = verbs.StatusLocalProtection
+	}
+	l.failQP = true
+	if l.conn != nil {
+		l.conn.Close()
+	}
 }
 
 // accountLocked releases the responses of a finished batch.
@@ -287,6 +320,7 @@ func (l *link) flush() {
 		if err != nil || l.stopped {
 			if err != nil {
 				l.brokenLocked()
+				l.localLostLocked(err)
 			}
 			l.releaseLocked()
 			d.mu.Unlock()
@@ -333,6 +367,7 @@ func (l *link) writer() {
 			l.accountLocked()
 			if err != nil {
 				l.brokenLocked()
+				l.localLostLocked(err)
 				break
 			}
 		}
@@ -365,6 +400,16 @@ func (l *link) rawWrite(fd uintptr) bool {
 		t := l.t
 		for i := o.bi; i < o.bn; i++ {
 			switch o.kinds[i] {
+			case segLocal:
+				// A request's payload: a local region deregistered while
+				// it goes out cuts the stream (the request cannot be
+				// finished) and fails the work request.
+				if !l.ltab.EnterOpt(o.pins[i]) {
+					l.leaveBatch(o.bi, i)
+					o.werr = errLocalDereg
+					return true
+				}
+				o.kinds[i] = segLocalIn
 			case segData:
 				if t.Enter(o.pins[i]) {
 					o.kinds[i] = segEntered
@@ -382,12 +427,7 @@ func (l *link) rawWrite(fd uintptr) bool {
 			}
 		}
 		n, err := sys.Writev(int(fd), o.batch[o.bi:o.bn], &o.iov)
-		for i := o.bi; i < o.bn; i++ {
-			if o.kinds[i] == segEntered {
-				t.Leave(o.pins[i])
-				o.kinds[i] = segData
-			}
-		}
+		l.leaveBatch(o.bi, o.bn)
 		if err == sys.ErrAgain {
 			return !o.block
 		}

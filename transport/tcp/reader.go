@@ -165,17 +165,16 @@ func (l *link) rawRead(fd uintptr) bool {
 // key's in-use count, so a Dereg waits for the piece in progress and the
 // rest fails with errDeregistered (the bytes not read stay in the
 // stream). It returns the bytes read.
-func (l *link) readPinned(dst []byte, pin keytab.Pin) (int, error) {
-	t := l.t
+func (l *link) readPinned(dst []byte, tab keytab.Table, pin keytab.Pin) (int, error) {
 	done := 0
 	for done < len(dst) {
 		seg := dst[done:min(len(dst), done+rc.ChunkSize)]
 		if l.rend > l.rpos {
-			if !t.Enter(pin) {
+			if !tab.EnterOpt(pin) {
 				return done, errDeregistered
 			}
 			c := copy(seg, l.rbuf[l.rpos:l.rend])
-			t.Leave(pin)
+			tab.LeaveOpt(pin)
 			l.rpos += c
 			done += c
 			continue
@@ -189,7 +188,7 @@ func (l *link) readPinned(dst []byte, pin keytab.Pin) (int, error) {
 		if l.owedBytes >= flushBytes {
 			l.flushOwed() // a long payload: don't sit on what we owe
 		}
-		k, err := l.readDirectPinned(seg, pin)
+		k, err := l.readDirectPinned(seg, tab, pin)
 		if k > 0 {
 			done += k
 			l.owedBytes += k
@@ -206,9 +205,9 @@ func (l *link) readPinned(dst []byte, pin keytab.Pin) (int, error) {
 // pin: a non-blocking attempt; if nothing is there, what is owed is
 // flushed and the reader waits for input with no buffer given to the
 // kernel, checking the key again before each attempt.
-func (l *link) readDirectPinned(seg []byte, pin keytab.Pin) (int, error) {
-	l.tryBuf, l.pin = seg, pin
-	defer func() { l.tryBuf, l.pin = nil, keytab.Pin{} }()
+func (l *link) readDirectPinned(seg []byte, tab keytab.Table, pin keytab.Pin) (int, error) {
+	l.tryBuf, l.ptab, l.pin = seg, tab, pin
+	defer func() { l.tryBuf, l.ptab, l.pin = nil, keytab.Table{}, keytab.Pin{} }()
 	for wait := false; ; wait = true {
 		l.tryN, l.tryErr, l.pinWait, l.pinLost = 0, nil, wait, false
 		if err := l.raw.Read(l.readPinFn); err != nil {
@@ -231,12 +230,12 @@ func (l *link) readDirectPinned(seg []byte, pin keytab.Pin) (int, error) {
 
 // rawReadPinned is the syscall.RawConn callback of readDirectPinned.
 func (l *link) rawReadPinned(fd uintptr) bool {
-	if !l.t.Enter(l.pin) {
+	if !l.ptab.EnterOpt(l.pin) {
 		l.pinLost = true
 		return true
 	}
 	l.tryN, l.tryErr = sys.Read(int(fd), l.tryBuf)
-	l.t.Leave(l.pin)
+	l.ptab.LeaveOpt(l.pin)
 	return !(l.pinWait && l.tryErr == sys.ErrAgain)
 }
 
@@ -384,7 +383,7 @@ func (l *link) handleRequest(f *frame) error {
 			res.Status, res.RNRTimer = rc.RNR, t.MinRNR()
 			break
 		}
-		k, err := l.readPinned(m, pin)
+		k, err := l.readPinned(m, t.Keys(), pin)
 		if err == errDeregistered {
 			// Deregistered during the transfer: the rest is discarded and
 			// the WRITE fails with RemoteAccess.
@@ -422,7 +421,7 @@ func (l *link) handleRequest(f *frame) error {
 		var err error
 		for i := 0; i < k && err == nil; i++ {
 			var c int
-			c, err = l.readPinned(l.segs[i], l.rpins[i])
+			c, err = l.readPinned(l.segs[i], t.Keys(), l.rpins[i])
 			got += c
 		}
 		clear(l.segs[:k])
@@ -590,10 +589,29 @@ func (l *link) handleResponse(f *frame) error {
 	if int(place.Off)+int(place.Len) != e.Len || int(f.length) != int(place.Len) {
 		return l.protocolError(fmt.Errorf("%w: READ_RESP of %d bytes for a READ of %d", errProtocol, f.length, e.Len))
 	}
-	if err := l.readInto(e.Local, e.Len); err != nil {
-		return err
+	// The local buffer is written under its key's in-use count, as
+	// target memory is: deregistered on the way, the rest of the data is
+	// discarded and the READ fails with LocalProtection.
+	got := 0
+	var err error
+	for i := 0; i < len(e.Local) && err == nil; i++ {
+		var c int
+		c, err = l.readPinned(e.Local[i], l.ltab, e.Pins[i])
+		got += c
 	}
 	st := rc.Success
+	if err == errDeregistered {
+		rest := e.Len - got
+		if trailer {
+			rest += trailerLen
+		}
+		if err := l.discard(rest); err != nil {
+			return err
+		}
+		st, trailer = rc.LocalProtection, false
+	} else if err != nil {
+		return err
+	}
 	if trailer {
 		l.trailSeg[0] = l.trailer[:]
 		if err := l.readInto(l.trailSeg[:], trailerLen); err != nil {
