@@ -122,3 +122,40 @@ func TestStalledPeerDisconnected(t *testing.T) {
 // region: it never writes into, or reads out of, a region AllocMR hands
 // out next.
 func TestDeregInFlight(t *testing.T) { conformance.DeregInFlight(t, "tcp0") }
+
+// Connections that complete no handshake do not pile up: beyond
+// maxHandshakes a new one is closed at once.
+func TestHandshakesBounded(t *testing.T) {
+	old := maxHandshakes
+	maxHandshakes = 4
+	t.Cleanup(func() { maxHandshakes = old })
+	o := opts{}.withDefaults()
+	a := newEnd(t, openCtx(t), o, 0)
+	ea, err := decodeAddr(a.qp.Address())
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := (&net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: int(ea.port)}).String()
+	var conns []net.Conn
+	for i := 0; i < 12; i++ {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		conns = append(conns, c)
+		time.Sleep(2 * time.Millisecond) // accepted in order
+	}
+	closed := 0
+	for _, c := range conns {
+		c.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+		if _, err := c.Read(make([]byte, 1)); err != nil {
+			if ne, ok := err.(net.Error); !ok || !ne.Timeout() {
+				closed++
+			}
+		}
+	}
+	if closed < 8 {
+		t.Fatalf("%d of 12 connections without a hello closed at once, want at least 8 (limit 4)", closed)
+	}
+}
