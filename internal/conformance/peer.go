@@ -57,6 +57,7 @@ type WR struct {
 	Op         verbs.Opcode
 	Signaled   bool
 	Inline     bool
+	Fence      bool
 	Region     string
 	Off        int
 	Lens       []int  // one SGE per length, consecutive from Off
@@ -324,6 +325,9 @@ func (p *LocalPeer) PostSend(idx int, wrs []WR) error {
 		f := verbs.SendFlags(0)
 		if w.Signaled {
 			f |= verbs.SendSignaled
+		}
+		if w.Fence {
+			f |= verbs.SendFence
 		}
 		if w.Inline {
 			f |= verbs.SendInline

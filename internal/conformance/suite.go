@@ -60,6 +60,7 @@ var cases = []testCase{
 	{"inline", testInline},
 	{"large-64MiB", testLarge},
 	{"ordering", testOrdering},
+	{"fence", testFence},
 	{"atomics", testAtomics},
 	{"misaligned-atomic", testMisalignedAtomic},
 	{"rnr-retry-exceeded", testRNRExceeded},
@@ -343,6 +344,31 @@ func testOrdering(t *testing.T, e *env) {
 	got := binary.LittleEndian.Uint64(e.a.MR("src").Bytes()[8*k:])
 	if got != k-1+1000 {
 		t.Fatalf("read after %d writes saw %d, want %d", k, got, k-1+1000)
+	}
+}
+
+// testFence: a READ followed by a fenced WRITE to the same remote bytes
+// returns what was there before the WRITE (IBV_SEND_FENCE: the WRITE waits
+// for the READ to complete). Without the fence, a transport that sends the
+// READ's data from target memory after executing the WRITE would return
+// the WRITE's data. Every RC device guarantees this.
+func testFence(t *testing.T, e *env) {
+	ia, _ := e.pair(t, defaultOpts, defaultOpts)
+	for i, n := range []int{8, 4096, 1 << 20} {
+		must(t, e.b.Fill("rw", 0, n, byte(40+i)))    // what the READ must see
+		must(t, e.a.Fill("src", 2*n, n, byte(40+i))) // the same, to compare with
+		must(t, e.a.Fill("src", 0, n, byte(60+i)))   // what the WRITE writes
+		must(t, e.a.Fill("src", n, n, 0))
+		rw := e.rb["rw"]
+		e.post(t, e.a, ia, []WR{
+			{ID: 1, Op: verbs.OpRead, Signaled: true, Region: "src", Off: n, Lens: []int{n}, RemoteAddr: rw.Addr, RKey: rw.RKey},
+			{ID: 2, Op: verbs.OpWrite, Signaled: true, Fence: true, Region: "src", Lens: []int{n}, RemoteAddr: rw.Addr, RKey: rw.RKey},
+		})
+		for _, wc := range e.poll(t, e.a, ia, false, 2) {
+			expectStatus(t, wc, verbs.StatusSuccess)
+		}
+		hashEq(t, e.a, "src", n, e.a, "src", 2*n, n)
+		hashEq(t, e.a, "src", 0, e.b, "rw", 0, n)
 	}
 }
 

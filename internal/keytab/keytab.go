@@ -22,10 +22,25 @@
 //	32 handle uint64  offset in the owner's arena, or NoHandle
 //	40 index  uint32  owner-local region index
 //	44 pd     uint32  protection domain handle
+//	48 use    uint32  operations touching the region's memory right now
+//
+// Memory-registration guarantee: once Remove returns and Idle reports the
+// slot idle, no operation touches the region's memory. An operation that
+// resolved a key holds a Pin; around every bounded touch of the memory (a
+// chunk copied, one non-blocking read or write) it calls Enter, which
+// counts it in the slot's use word and then checks the slot's sequence
+// word, and Leave. Remove bumps the sequence word before Idle reads the
+// use word; with sequentially consistent atomics on both sides either the
+// operation sees the removal (Enter fails: it aborts) or Remove's caller
+// sees it in use (and waits for Leave). The use word is in the table, so
+// this holds for operations of peer processes too. A tombstone still in
+// use is not reused.
 package keytab
 
 import (
 	"errors"
+	"runtime"
+	"time"
 
 	"github.com/rdmakit/rdmakit/internal/sys"
 )
@@ -48,6 +63,7 @@ const (
 	oHandle = 32
 	oIndex  = 40
 	oPD     = 44
+	oUse    = 48
 )
 
 // FlagRemoteKey marks an entry keyed by an rkey (otherwise an lkey).
@@ -114,6 +130,80 @@ func hash(k uint32) uint32 { return (k * 0x9E3779B1) ^ (k >> 16) }
 
 func (t Table) slot(i uint32) int { return headerSize + int(i&t.mask)*slotSize }
 
+// Pin names a key's slot as a lookup found it (see the package comment).
+// The zero Pin is not valid: Enter fails.
+type Pin struct {
+	so  int
+	seq uint32
+}
+
+// Zero reports whether p is the zero Pin (nothing to check).
+func (p Pin) Zero() bool { return p.so == 0 }
+
+// Enter counts an operation as touching the pinned region's memory; it
+// fails (counting nothing) if the key was removed since the lookup. Every
+// successful Enter is followed by Leave once the touch is done; touches
+// must be bounded in time.
+func (t Table) Enter(p Pin) bool {
+	if p.so == 0 {
+		return false
+	}
+	sys.Add32(t.b, p.so+oUse, 1)
+	if sys.Load32(t.b, p.so+oSeq) != p.seq {
+		sys.Add32(t.b, p.so+oUse, ^uint32(0))
+		return false
+	}
+	return true
+}
+
+// Leave ends a touch begun by a successful Enter.
+func (t Table) Leave(p Pin) { sys.Add32(t.b, p.so+oUse, ^uint32(0)) }
+
+// EnterOpt is Enter, except that the zero Pin (memory no key guards, such
+// as a private copy of inline data) always succeeds.
+func (t Table) EnterOpt(p Pin) bool { return p.so == 0 || t.Enter(p) }
+
+// LeaveOpt ends a touch begun by a successful EnterOpt.
+func (t Table) LeaveOpt(p Pin) {
+	if p.so != 0 {
+		t.Leave(p)
+	}
+}
+
+// Valid reports whether the pinned key is still live (a hint: only Enter
+// decides).
+func (t Table) Valid(p Pin) bool { return p.so != 0 && sys.Load32(t.b, p.so+oSeq) == p.seq }
+
+// Slot identifies a removed key's slot for Idle.
+type Slot int
+
+// Idle waits until no operation touches the memory of the key removed
+// from slot (Remove's result), for at most within; it reports whether
+// that happened. A false return means an operation is stuck mid-touch (a
+// peer process stopped or died there): the caller must keep the memory
+// reserved, never hand it out again.
+func (t Table) Idle(s Slot, within time.Duration) bool {
+	if s == 0 {
+		return true
+	}
+	var deadline time.Time
+	for i := 0; sys.Load32(t.b, int(s)+oUse) != 0; i++ {
+		switch {
+		case i < 64:
+			runtime.Gosched()
+		case i == 64:
+			deadline = time.Now().Add(within)
+			fallthrough
+		default:
+			if time.Now().After(deadline) {
+				return false
+			}
+			time.Sleep(50 * time.Microsecond)
+		}
+	}
+	return true
+}
+
 // Cache remembers one lookup; LookupCached revalidates it with a single
 // load of the slot's sequence word, which any change to the slot bumps.
 // A Cache must not be used by two goroutines at once.
@@ -126,14 +216,21 @@ type Cache struct {
 
 // LookupCached is Lookup through c.
 func (t Table) LookupCached(key uint32, c *Cache) (Entry, bool) {
-	if c.so != 0 && c.key == key && sys.Load32(t.b, c.so+oSeq) == c.seq {
-		return c.e, true
+	e, _, ok := t.LookupPin(key, c)
+	return e, ok
+}
+
+// LookupPin is LookupCached that also returns the key's Pin (c may be
+// nil: no cache).
+func (t Table) LookupPin(key uint32, c *Cache) (Entry, Pin, bool) {
+	if c != nil && c.so != 0 && c.key == key && sys.Load32(t.b, c.so+oSeq) == c.seq {
+		return c.e, Pin{so: c.so, seq: c.seq}, true
 	}
 	e, so, seq, ok := t.lookup(key)
-	if ok {
+	if ok && c != nil {
 		*c = Cache{key: key, seq: seq, so: so, e: e}
 	}
-	return e, ok
+	return e, Pin{so: so, seq: seq}, ok
 }
 
 // Lookup finds the live entry for key.
@@ -193,8 +290,8 @@ func (t Table) Insert(e Entry) error {
 	h := hash(e.Key)
 	for i := uint32(0); i <= t.mask; i++ {
 		so := t.slot(h + i)
-		if st := sys.Load32(t.b, so+oState); st == stLive {
-			continue
+		if st := sys.Load32(t.b, so+oState); st == stLive || sys.Load32(t.b, so+oUse) != 0 {
+			continue // live, or a removed key's memory still being touched
 		}
 		seq := sys.Load32(t.b, so+oSeq)
 		sys.Store32(t.b, so+oSeq, seq+1)
@@ -213,13 +310,16 @@ func (t Table) Insert(e Entry) error {
 }
 
 // Remove deletes key; after it returns no reader finds the key.
-func (t Table) Remove(key uint32) bool {
+func (t Table) Remove(key uint32) bool { return t.RemoveSlot(key) != 0 }
+
+// RemoveSlot is Remove returning the key's slot (0: not found), for Idle.
+func (t Table) RemoveSlot(key uint32) Slot {
 	h := hash(key)
 	for i := uint32(0); i <= t.mask; i++ {
 		so := t.slot(h + i)
 		st := sys.Load32(t.b, so+oState)
 		if st == stEmpty {
-			return false
+			return 0
 		}
 		if st != stLive || sys.Load32(t.b, so+oKey) != key {
 			continue
@@ -229,7 +329,7 @@ func (t Table) Remove(key uint32) bool {
 		sys.Store32(t.b, so+oState, stTomb)
 		sys.Store32(t.b, so+oKey, 0)
 		sys.Store32(t.b, so+oSeq, seq+2)
-		return true
+		return Slot(so)
 	}
-	return false
+	return 0
 }

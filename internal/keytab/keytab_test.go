@@ -5,6 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 func TestInsertLookupRemove(t *testing.T) {
@@ -91,5 +92,45 @@ func TestLookupCached(t *testing.T) {
 	tab.Insert(Entry{Key: 5, VA: 2})
 	if e, ok := tab.LookupCached(5, &c); !ok || e.VA != 2 {
 		t.Fatal("cache served a stale entry")
+	}
+}
+
+// An operation that pinned a key keeps Idle waiting until it leaves; once
+// the key is removed, Enter fails; a tombstone still in use is not reused.
+func TestPinIdle(t *testing.T) {
+	b := make([]byte, Size(8))
+	tb := Init(b, 8)
+	if err := tb.Insert(Entry{Key: 42, VA: 1, Length: 1}); err != nil {
+		t.Fatal(err)
+	}
+	_, pin, ok := tb.LookupPin(42, nil)
+	if !ok || !tb.Enter(pin) {
+		t.Fatal("live key: Enter failed")
+	}
+	s := tb.RemoveSlot(42)
+	if s == 0 {
+		t.Fatal("not removed")
+	}
+	if tb.Idle(s, 10*time.Millisecond) {
+		t.Fatal("Idle with an operation inside")
+	}
+	// Every slot but the pinned tombstone can be taken.
+	for k := uint32(100); k < 107; k++ {
+		if err := tb.Insert(Entry{Key: k}); err != nil {
+			t.Fatalf("insert %d: %v", k, err)
+		}
+	}
+	if err := tb.Insert(Entry{Key: 200}); err != ErrFull {
+		t.Fatalf("the pinned tombstone was reused (%v)", err)
+	}
+	tb.Leave(pin)
+	if !tb.Idle(s, time.Second) {
+		t.Fatal("not idle after Leave")
+	}
+	if tb.Enter(pin) {
+		t.Fatal("Enter succeeded on a removed key")
+	}
+	if err := tb.Insert(Entry{Key: 200}); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -256,54 +256,163 @@ func (t *Target) Remote(rkey uint32, addr uint64, n int, access uint32) ([]byte,
 // RemoteCached is Remote with a lookup cache (nil: none); the cache must
 // not be shared between goroutines.
 func (t *Target) RemoteCached(c *keytab.Cache, rkey uint32, addr uint64, n int, access uint32) ([]byte, Status) {
+	m, _, st := t.RemotePin(c, rkey, addr, n, access)
+	return m, st
+}
+
+// RemotePin is RemoteCached that also returns the key's pin: the memory
+// may be touched only between t.Enter(pin) and t.Leave(pin), a bounded
+// piece (ChunkSize) at a time, so that Dereg can guarantee that nothing
+// touches it once it returns. A zero-length request gets the zero pin.
+func (t *Target) RemotePin(c *keytab.Cache, rkey uint32, addr uint64, n int, access uint32) ([]byte, keytab.Pin, Status) {
 	// The QP's access flags hold for every request, zero-length ones too
 	// (as rxe enforces them); a zero-length request needs no valid key.
 	if sys.Load32(t.qcb, qAccess)&access == 0 {
-		return nil, RemoteAccess
+		return nil, keytab.Pin{}, RemoteAccess
 	}
 	if n == 0 {
-		return nil, Success
+		return nil, keytab.Pin{}, Success
 	}
-	var e keytab.Entry
-	var ok bool
-	if c != nil {
-		e, ok = t.keys.LookupCached(rkey, c)
-	} else {
-		e, ok = t.keys.Lookup(rkey)
-	}
+	e, pin, ok := t.keys.LookupPin(rkey, c)
 	if !ok || e.Flags&keytab.FlagRemoteKey == 0 || e.PD != t.pd || e.Flags&access == 0 || !inBounds(e, addr, n) {
-		return nil, RemoteAccess
+		return nil, keytab.Pin{}, RemoteAccess
 	}
 	m, ok := t.memory(e, addr, n)
 	if !ok {
-		return nil, RemoteAccess
+		return nil, keytab.Pin{}, RemoteAccess
 	}
-	return m, Success
+	return m, pin, Success
+}
+
+// ChunkSize bounds one touch of registered memory between two checks of
+// its key (Enter): how long Dereg may wait for an operation in flight.
+const ChunkSize = 256 << 10
+
+// Enter starts a touch of memory resolved with pin; false means the key
+// was deregistered meanwhile: the operation must not touch the memory
+// and fails with RemoteAccess.
+func (t *Target) Enter(pin keytab.Pin) bool { return t.keys.Enter(pin) }
+
+// Leave ends a touch begun by a successful Enter.
+func (t *Target) Leave(pin keytab.Pin) { t.keys.Leave(pin) }
+
+// Keys returns the target's key table (for pins of its memory).
+func (t *Target) Keys() keytab.Table { return t.keys }
+
+// Valid reports whether pin's key is still registered (a hint).
+func (t *Target) Valid(pin keytab.Pin) bool { return t.keys.Valid(pin) }
+
+// LocalPins is the initiator's side of a copy: its own key table and the
+// pins of its gather or scatter list, one per segment (a zero pin is not
+// checked: inline data, a private copy). Local memory is touched under
+// them as target memory is under the target's, so that a Dereg of a
+// local region stops a work request in flight too.
+type LocalPins struct {
+	Keys keytab.Table
+	Pins []keytab.Pin
+}
+
+// Enter starts a touch of local segment i; false: deregistered.
+func (lp LocalPins) Enter(i int) bool {
+	if i >= len(lp.Pins) || lp.Pins[i].Zero() {
+		return true
+	}
+	return lp.Keys.Enter(lp.Pins[i])
+}
+
+// Leave ends a touch of segment i begun by a successful Enter.
+func (lp LocalPins) Leave(i int) {
+	if i < len(lp.Pins) && !lp.Pins[i].Zero() {
+		lp.Keys.Leave(lp.Pins[i])
+	}
+}
+
+// both enters the target pin and local segment i; it returns the status
+// of the one that failed (RemoteAccess, LocalProtection).
+func (t *Target) both(pin keytab.Pin, lp LocalPins, i int) Status {
+	if !t.keys.Enter(pin) {
+		return RemoteAccess
+	}
+	if !lp.Enter(i) {
+		t.keys.Leave(pin)
+		return LocalProtection
+	}
+	return Success
+}
+
+// CopyIn copies the gather list src (local memory of lp) into dst (target
+// memory of pin) a chunk at a time, each under both keys' in-use counts;
+// it returns RemoteAccess (LocalProtection), with the rest not copied,
+// when the target's (a local) key is deregistered on the way.
+func (t *Target) CopyIn(pin keytab.Pin, dst []byte, src [][]byte, lp LocalPins) Status {
+	for i, s := range src {
+		for len(s) > 0 {
+			k := min(len(s), ChunkSize)
+			if st := t.both(pin, lp, i); st != Success {
+				return st
+			}
+			copy(dst, s[:k])
+			lp.Leave(i)
+			t.keys.Leave(pin)
+			dst, s = dst[k:], s[k:]
+		}
+	}
+	return Success
+}
+
+// CopyOut copies src (target memory of pin) into the scatter list dst
+// (local memory of lp), as CopyIn.
+func (t *Target) CopyOut(pin keytab.Pin, dst [][]byte, src []byte, lp LocalPins) Status {
+	for i, d := range dst {
+		for len(d) > 0 && len(src) > 0 {
+			k := min(len(d), len(src), ChunkSize)
+			if st := t.both(pin, lp, i); st != Success {
+				return st
+			}
+			copy(d, src[:k])
+			lp.Leave(i)
+			t.keys.Leave(pin)
+			d, src = d[k:], src[k:]
+		}
+	}
+	return Success
 }
 
 // Atomic resolves the 8-byte word at addr for an atomic operation.
 func (t *Target) Atomic(rkey uint32, addr uint64) ([]byte, Status) {
+	m, _, st := t.AtomicPin(rkey, addr)
+	return m, st
+}
+
+// AtomicPin is Atomic with the key's pin (the atomic is one touch).
+func (t *Target) AtomicPin(rkey uint32, addr uint64) ([]byte, keytab.Pin, Status) {
 	if addr&7 != 0 {
-		return nil, RemoteInvalidReq
+		return nil, keytab.Pin{}, RemoteInvalidReq
 	}
-	return t.Remote(rkey, addr, 8, AccessRemoteAtomic)
+	return t.RemotePin(nil, rkey, addr, 8, AccessRemoteAtomic)
 }
 
 // Local resolves a receive SGE (lkey, addr, n) of the target; receive
 // buffers need local write access.
 func (t *Target) Local(lkey uint32, addr uint64, n int) ([]byte, Status) {
+	m, _, st := t.LocalPin(lkey, addr, n)
+	return m, st
+}
+
+// LocalPin is Local with the key's pin (see RemotePin).
+func (t *Target) LocalPin(lkey uint32, addr uint64, n int) ([]byte, keytab.Pin, Status) {
 	if n == 0 {
-		return nil, Success
+		return nil, keytab.Pin{}, Success
 	}
-	e, ok := t.keys.Lookup(lkey)
+	e, pin, ok := t.keys.LookupPin(lkey, nil)
 	if !ok || e.Flags&keytab.FlagRemoteKey != 0 || e.PD != t.pd || e.Flags&AccessLocalWrite == 0 || !inBounds(e, addr, n) {
-		return nil, LocalProtection
+		return nil, keytab.Pin{}, LocalProtection
 	}
 	m, ok := t.memory(e, addr, n)
 	if !ok {
-		return nil, LocalProtection
+		return nil, keytab.Pin{}, LocalProtection
 	}
-	return m, Success
+	return m, pin, Success
 }
 
 // PopRecv takes the oldest posted receive of the target into w.
@@ -456,6 +565,12 @@ func (wc *WC) Decode(b []byte) {
 // longer than the receive gives LocalLength; a bad receive SGE gives
 // LocalProtection.
 func (t *Target) ScatterRecv(w *RecvWQE, n int, segs [][]byte) (int, Status) {
+	return t.ScatterRecvPin(w, n, segs, nil)
+}
+
+// ScatterRecvPin is ScatterRecv that also records each segment's pin in
+// pins (len >= w.N; nil: none), for CopySGPinned.
+func (t *Target) ScatterRecvPin(w *RecvWQE, n int, segs [][]byte, pins []keytab.Pin) (int, Status) {
 	if uint64(n) > w.Total() {
 		return 0, LocalLength
 	}
@@ -467,11 +582,14 @@ func (t *Target) ScatterRecv(w *RecvWQE, n int, segs [][]byte) (int, Status) {
 		if take > left {
 			take = left
 		}
-		m, st := t.Local(sg.LKey, sg.Addr, int(sg.Len))
+		m, pin, st := t.LocalPin(sg.LKey, sg.Addr, int(sg.Len))
 		if st != Success {
 			return 0, st
 		}
 		segs[used] = m[:take]
+		if pins != nil {
+			pins[used] = pin
+		}
 		used++
 		left -= take
 	}
@@ -491,6 +609,40 @@ func (t *Target) Fail(flushRQ bool) {
 	for t.PopRecv(&w) {
 		t.Complete(&WC{WRID: w.WRID, Status: WRFlush, Opcode: WCRecv, QPN: t.qpn})
 	}
+}
+
+// CopySGPinned is CopySG from local memory (lp) into target memory whose
+// segments are pinned by pins: a chunk (ChunkSize at most) at a time,
+// each under both keys' in-use counts. When a receive segment's key is
+// deregistered on the way it returns recv LocalProtection (the receive's
+// error), when a local one is local LocalProtection (the requester's),
+// with the rest not copied.
+func (t *Target) CopySGPinned(dst [][]byte, pins []keytab.Pin, src [][]byte, lp LocalPins) (recv, local Status) {
+	di, doff := 0, 0
+	for i, s := range src {
+		for len(s) > 0 {
+			for di < len(dst) && doff == len(dst[di]) {
+				di, doff = di+1, 0
+			}
+			if di == len(dst) {
+				return Success, Success
+			}
+			k := min(len(s), len(dst[di])-doff, ChunkSize)
+			if !t.keys.Enter(pins[di]) {
+				return LocalProtection, Success
+			}
+			if !lp.Enter(i) {
+				t.keys.Leave(pins[di])
+				return Success, LocalProtection
+			}
+			copy(dst[di][doff:], s[:k])
+			lp.Leave(i)
+			t.keys.Leave(pins[di])
+			doff += k
+			s = s[k:]
+		}
+	}
+	return Success, Success
 }
 
 // CopySG copies from the gather list src into the scatter list dst, as a

@@ -85,7 +85,7 @@ func fuzzSim(data []byte) *sim {
 			if x == 254 {
 				lerr = rc.LocalProtection
 			}
-			s.post(kind, n, x == 255, lerr)
+			s.post(kind, n, x == 255, lerr, x%11 == 3)
 		case 4:
 			s.recvs += int(next() % 4)
 		case 5:

@@ -51,16 +51,20 @@ type WR struct {
 	// local validation: it is never transmitted and completes with Err,
 	// in order, once everything posted before it has completed.
 	Err rc.Status
+	// Fence (IBV_SEND_FENCE): the work request is not transmitted until
+	// every READ and atomic posted before it has completed.
+	Fence bool
 }
 
 type wrState struct {
-	op   Opcode
-	err  rc.Status
-	len  uint32
-	psn  PSN    // first PSN
-	npkt uint32 // PSNs it occupies (READ: response packets)
-	got  uint32 // READ: bytes received, in order
-	sent bool   // transmitted at least once
+	op    Opcode
+	err   rc.Status
+	fence bool
+	len   uint32
+	psn   PSN    // first PSN
+	npkt  uint32 // PSNs it occupies (READ: response packets)
+	got   uint32 // READ: bytes received, in order
+	sent  bool   // transmitted at least once
 }
 
 func (w *wrState) end() PSN { return w.psn.Add(w.npkt) }
@@ -166,7 +170,7 @@ func (r *Requester) Post(w WR, now time.Duration) []Action {
 		w.Len = 8
 	}
 	n := npkt(r.cfg.MTU, w.Len)
-	*r.wr(r.tail) = wrState{op: w.Op, err: w.Err, len: w.Len, psn: r.psnTail, npkt: n}
+	*r.wr(r.tail) = wrState{op: w.Op, err: w.Err, fence: w.Fence, len: w.Len, psn: r.psnTail, npkt: n}
 	r.tail++
 	r.psnTail = r.psnTail.Add(n)
 	if !r.connected && r.cfg.ConnectTimeout > 0 && r.connAt == 0 {
@@ -280,6 +284,11 @@ func (r *Requester) next(p *Packet, take bool) bool {
 		p.AckReq = p.PSN.Sub(r.una) == int32(n)-1
 	}
 	if w.op.isReadLike() && !w.sent && r.cfg.MaxRdAtomic > 0 && r.rdOut >= r.cfg.MaxRdAtomic {
+		return false
+	}
+	if w.fence && !w.sent && r.rdOut > 0 {
+		// Every READ and atomic before it was transmitted (in order), so
+		// rdOut counts exactly those still outstanding before it.
 		return false
 	}
 	if !take {
@@ -487,6 +496,22 @@ func (r *Requester) Placed(now time.Duration) []Action {
 				r.progress(now)
 			}
 			r.settle()
+		}
+	}
+	r.timer()
+	return r.acts
+}
+
+// PlaceFailed tells that the data of the last ActReadData could not be
+// placed as sent: the responder reported st (a remote access error: the
+// region was deregistered while the data went out). The READ completes
+// with st and the requester moves to ERROR, as for a fatal NAK.
+func (r *Requester) PlaceFailed(st rc.Status, now time.Duration) []Action {
+	r.acts = r.acts[:0]
+	if r.placing {
+		r.placing = false
+		if !r.failed && r.head == r.placeWR {
+			r.fail(st)
 		}
 	}
 	r.timer()

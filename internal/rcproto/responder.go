@@ -73,6 +73,7 @@ type Responder struct {
 	busy bool
 
 	rdOut int // READs/atomics queued, not handed out
+	held  int // READ/atomic responses handed out, not yet transmitted (Hold)
 
 	atom    [atomSlots]savedAtomic
 	atomPos int
@@ -91,6 +92,13 @@ type savedAtomic struct {
 func NewResponder(cfg RespConfig) *Responder {
 	return &Responder{cfg: cfg, epsn: cfg.FirstPSN, q: make([]respEntry, 32)}
 }
+
+// Hold tells how many READ and atomic responses handed out by
+// NextResponse the owner still holds, not yet transmitted (queued behind a
+// peer that does not read): they count against MaxDestRdAtomic until they
+// are on their way, so a peer cannot make the owner buffer responses
+// without bound.
+func (r *Responder) Hold(n int) { r.held = n }
 
 // Expected returns the PSN expected next.
 func (r *Responder) Expected() PSN { return r.epsn }
@@ -121,7 +129,7 @@ func (r *Responder) Step(p *Packet) Verdict {
 			r.fatal(p.PSN, SynInvalidReq)
 			return Drop
 		}
-		if p.Op.isReadLike() && r.cfg.MaxDestRdAtomic > 0 && r.rdOut >= r.cfg.MaxDestRdAtomic {
+		if p.Op.isReadLike() && r.cfg.MaxDestRdAtomic > 0 && r.rdOut+r.held >= r.cfg.MaxDestRdAtomic {
 			r.fatal(p.PSN, SynInvalidReq)
 			return Drop
 		}

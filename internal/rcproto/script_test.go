@@ -14,7 +14,7 @@ package rcproto
 //	       [max_rd=N] [max_dest=N] [window=N] [first_psn=N] [resp_psn=N] [reliable]
 //	       [noconnect] [connect_timeout=DUR]   new pair of engines
 //	connect                                     the path is up
-//	post OP LEN [bad] [lerr]                    OP: write write_imm send send_imm read cas faa
+//	post OP LEN [bad] [lerr] [fence]            OP: write write_imm send send_imm read cas faa
 //	recv N                                      post N receives at the responder
 //	drop req|resp N, dup req|resp N             fault the next N packets sent
 //	reorder req|resp                            swap the next two delivered
@@ -199,16 +199,18 @@ func command(t *testing.T, s *sim, line, where string) (*sim, string) {
 		if !ok {
 			t.Fatalf("%s: unknown op %q", where, f[1])
 		}
-		bad, lerr := false, rc.Success
+		bad, lerr, fence := false, rc.Success, false
 		for _, x := range f[3:] {
 			switch x {
+			case "fence":
+				fence = true
 			case "bad":
 				bad = true
 			case "lerr":
 				lerr = rc.LocalProtection
 			}
 		}
-		s.post(op, uint32(num(2)), bad, lerr)
+		s.post(op, uint32(num(2)), bad, lerr, fence)
 	case "recv":
 		s.recvs += num(1)
 	case "drop":

@@ -44,6 +44,7 @@ type simWR struct {
 	op     Opcode
 	len    uint32
 	bad    bool // the responder refuses it (REMOTE_ACCESS)
+	fence  bool
 	done   bool
 	status rc.Status
 }
@@ -156,12 +157,27 @@ func (s *sim) apply(acts []Action) {
 	}
 }
 
-func (s *sim) post(op Opcode, n uint32, bad bool, lerr rc.Status) {
-	s.wrs = append(s.wrs, simWR{op: op, len: n, bad: bad})
+func (s *sim) post(op Opcode, n uint32, bad bool, lerr rc.Status, fence bool) {
+	s.wrs = append(s.wrs, simWR{op: op, len: n, bad: bad, fence: fence})
 	if op.IsAtomic() {
 		s.wrs[len(s.wrs)-1].len = 8
 	}
-	s.apply(s.req.Post(WR{Op: op, Len: n, Err: lerr}, s.now))
+	s.apply(s.req.Post(WR{Op: op, Len: n, Err: lerr, Fence: fence}, s.now))
+}
+
+// checkFence checks that a fenced WR goes out only once every READ and
+// atomic posted before it has completed.
+func (s *sim) checkFence(wr uint64) {
+	i := wr - s.cfg.FirstWR
+	if i >= uint64(len(s.wrs)) || !s.wrs[i].fence {
+		return
+	}
+	for j := uint64(0); j < i; j++ {
+		if w := &s.wrs[j]; w.op.isReadLike() && !w.done {
+			s.fault("fenced wr %d transmitted while wr %d (%v) is outstanding", wr, j+s.cfg.FirstWR, w.op)
+			return
+		}
+	}
 }
 
 // send puts a packet on the wire in one direction, under that
@@ -245,6 +261,7 @@ func (s *sim) run() {
 		var p Packet
 		sent := false
 		for s.req.Next(&p) {
+			s.checkFence(p.WR)
 			s.send(&s.reqQ, &s.reqF, p, "req ")
 			moved, sent = true, true
 			s.packetsMoved++

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/rdmakit/rdmakit/internal/arena"
 	"github.com/rdmakit/rdmakit/internal/keytab"
@@ -312,23 +313,44 @@ func (mr *MR) LKey() uint32 { return mr.lkey }
 // RKey returns the remote key.
 func (mr *MR) RKey() uint32 { return mr.rkey }
 
+// deregWait bounds how long Dereg waits for operations in flight to
+// finish their current touch of the memory (one chunk, rc.ChunkSize):
+// only an operation stuck mid-touch (a peer process stopped or killed
+// there) takes longer, and then the memory stays reserved.
+const deregWait = 2 * time.Second
+
 // Dereg deregisters the region: from the moment it returns, its keys
-// resolve nowhere. Memory from AllocMR is released.
+// resolve nowhere and no operation touches its memory, including
+// operations that resolved a key before (they touch memory a chunk at a
+// time, each under the key table's in-use count, and fail with
+// RemoteAccess once the key is gone; Dereg waits for the chunk in
+// progress). Memory from AllocMR is released, unless an operation is
+// stuck mid-chunk past deregWait: then it stays reserved for good, so that
+// no later AllocMR hands it out.
 func (mr *MR) Dereg() error {
 	c := mr.pd.ctx
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if int(mr.index) >= len(c.mrs) || c.mrs[mr.index] != mr {
+		c.mu.Unlock()
 		return fmt.Errorf("%w: region already deregistered", ErrInvalidArgument)
 	}
-	c.keys.Remove(mr.lkey)
-	c.keys.Remove(mr.rkey)
+	ls := c.keys.RemoveSlot(mr.lkey)
+	rs := c.keys.RemoveSlot(mr.rkey)
 	c.mrs[mr.index] = nil
+	var free *allocation
 	if a := mr.alloc; a != nil {
 		a.refs--
 		if a.refs == 0 && !c.closed {
-			c.arena.Free(a.off, a.n)
+			// No live region holds it now, so no registration can take
+			// it again; it returns to the arena once idle.
+			free = a
 		}
+	}
+	c.mu.Unlock()
+	idle := c.keys.Idle(ls, deregWait)
+	idle = c.keys.Idle(rs, deregWait) && idle
+	if free != nil && idle {
+		c.arena.Free(free.off, free.n)
 	}
 	return nil
 }

@@ -32,13 +32,27 @@ type SendEntry struct {
 	// result) in local memory; inline data is one segment of a private copy.
 	Local [][]byte
 	// Len is the total length of Local.
-	Len    int
+	Len int
+	// Pins holds the key pin of each Local segment (zero for inline data,
+	// a private copy): transports touch Local under them, a chunk at a
+	// time (see rc.LocalPins), so that a Dereg of the local region stops
+	// the work request too.
+	Pins   []keytab.Pin
 	Status Status
 	Seq    uint64
 
 	sgl    []SGE
 	segs   [][]byte
+	pins   []keytab.Pin
 	inline []byte
+}
+
+// Keys returns the QP's context's key table (for the pins of SendEntry).
+func (qp *QP) Keys() keytab.Table { return qp.ctx.keys }
+
+// LocalPins returns the entry's local side for rc's copies.
+func (e *SendEntry) LocalPins(qp *QP) rc.LocalPins {
+	return rc.LocalPins{Keys: qp.ctx.keys, Pins: e.Pins}
 }
 
 // QP is a reliable-connected queue pair.
@@ -160,6 +174,7 @@ func (pd *PD) CreateQP(dc driver.QPConfig) (driver.QP, error) {
 		e := &qp.sq[i]
 		e.sgl = make([]SGE, cp.MaxSendSGE)
 		e.segs = make([][]byte, cp.MaxSendSGE)
+		e.pins = make([]keytab.Pin, cp.MaxSendSGE)
 		e.inline = make([]byte, cp.MaxInlineData)
 	}
 	qp.drv, err = c.drv.NewQP(qp)
@@ -457,8 +472,9 @@ func (qp *QP) prepare(i int, wr *SendWR) error {
 	e.Len = int(total)
 	needWrite := wr.Opcode == OpRead || wr.Opcode.IsAtomic()
 	e.Local = e.segs[:0]
+	e.Pins = e.pins[:0]
 	for _, sg := range wr.SGL {
-		m, ok := qp.resolveLocal(sg, needWrite && !inline)
+		m, pin, ok := qp.resolveLocal(sg, needWrite && !inline)
 		if !ok && inline {
 			// Inline data is copied now and its lkey is not consulted, as
 			// on RNICs; the bytes must be registered memory of this
@@ -474,6 +490,7 @@ func (qp *QP) prepare(i int, wr *SendWR) error {
 		}
 		if len(m) > 0 {
 			e.Local = append(e.Local, m)
+			e.Pins = append(e.Pins, pin)
 		}
 	}
 	if inline && e.Status == StatusSuccess {
@@ -483,8 +500,10 @@ func (qp *QP) prepare(i int, wr *SendWR) error {
 		}
 		e.segs[0] = e.inline[:n]
 		e.Local = e.segs[:1]
+		e.pins[0] = keytab.Pin{}
+		e.Pins = e.pins[:1]
 		if n == 0 {
-			e.Local = e.segs[:0]
+			e.Local, e.Pins = e.segs[:0], e.pins[:0]
 		}
 	}
 	qp.tail.Store(t + 1)
@@ -493,30 +512,30 @@ func (qp *QP) prepare(i int, wr *SendWR) error {
 
 // resolveLocal maps an SGE to local memory, checking key, PD, bounds and
 // (for Read and atomic results) local write access.
-func (qp *QP) resolveLocal(sg SGE, needWrite bool) ([]byte, bool) {
+func (qp *QP) resolveLocal(sg SGE, needWrite bool) ([]byte, keytab.Pin, bool) {
 	if sg.Length == 0 {
-		return nil, true
+		return nil, keytab.Pin{}, true
 	}
-	e, ok := qp.ctx.keys.LookupCached(sg.LKey, &qp.lcache)
+	e, pin, ok := qp.ctx.keys.LookupPin(sg.LKey, &qp.lcache)
 	if !ok || e.Flags&keytab.FlagRemoteKey != 0 || e.PD != qp.pd.handle {
-		return nil, false
+		return nil, pin, false
 	}
 	if needWrite && e.Flags&uint32(AccessLocalWrite) == 0 {
-		return nil, false
+		return nil, pin, false
 	}
 	end := sg.Addr + uint64(sg.Length)
 	if sg.Addr < e.VA || end > e.VA+e.Length || end < sg.Addr {
-		return nil, false
+		return nil, pin, false
 	}
 	off := sg.Addr - e.VA
 	if e.Handle != keytab.NoHandle {
-		return qp.ctx.arena.Mem[e.Handle+off : e.Handle+off+uint64(sg.Length)], true
+		return qp.ctx.arena.Mem[e.Handle+off : e.Handle+off+uint64(sg.Length)], pin, true
 	}
 	m := qp.ctx.extMemory(e.Index)
 	if m == nil {
-		return nil, false
+		return nil, pin, false
 	}
-	return m[off : off+uint64(sg.Length)], true
+	return m[off : off+uint64(sg.Length)], pin, true
 }
 
 // PostRecv posts a batch of receive work requests. A QP with an SRQ takes

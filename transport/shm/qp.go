@@ -29,7 +29,8 @@ type qpDriver struct {
 	rnrTries int       // receiver-not-ready retries spent on entry next
 	rnrAt    time.Time // non-zero while entry next waits out an RNR
 	attr     verbs.QPAttr
-	segs     [rc.MaxSGE][]byte // receive scatter scratch
+	segs     [rc.MaxSGE][]byte     // receive scatter scratch
+	pins     [rc.MaxSGE]keytab.Pin // and the keys of its segments
 	wqe      rc.RecvWQE
 	keys     keytab.Cache // the peer's last rkey
 }
@@ -175,20 +176,32 @@ func (d *qpDriver) execOne(e *soft.SendEntry) rc.Status {
 	wr := &e.WR
 	switch wr.Opcode {
 	case verbs.OpWrite:
-		dst, st := t.RemoteCached(&d.keys, wr.RKey, wr.RemoteAddr, e.Len, rc.AccessRemoteWrite)
+		// Memory is copied a chunk at a time under the keys' in-use counts
+		// (rc.CopyIn), target and local: once a Dereg returns, nothing
+		// here touches the region, and the rest of the WRITE fails with
+		// RemoteAccess (LocalProtection for a local region).
+		dst, pin, st := t.RemotePin(&d.keys, wr.RKey, wr.RemoteAddr, e.Len, rc.AccessRemoteWrite)
 		if st != rc.Success {
 			return st
 		}
-		gather(dst, e.Local)
+		if st := t.CopyIn(pin, dst, e.Local, e.LocalPins(d.qp)); st != rc.Success {
+			return st
+		}
 	case verbs.OpWriteWithImm:
-		dst, st := t.RemoteCached(&d.keys, wr.RKey, wr.RemoteAddr, e.Len, rc.AccessRemoteWrite)
+		dst, pin, st := t.RemotePin(&d.keys, wr.RKey, wr.RemoteAddr, e.Len, rc.AccessRemoteWrite)
 		if st != rc.Success {
 			return st
 		}
 		if !t.PopRecv(&d.wqe) {
 			return rc.RNR
 		}
-		gather(dst, e.Local)
+		if st := t.CopyIn(pin, dst, e.Local, e.LocalPins(d.qp)); st != rc.Success {
+			// The receive was taken: it completes flushed, the rest with
+			// the target's move to ERROR.
+			t.Complete(&rc.WC{WRID: d.wqe.WRID, Status: rc.WRFlush, Opcode: rc.WCRecv, QPN: t.QPN(), SrcQP: d.qp.Num()})
+			t.Fail(true)
+			return st
+		}
 		if !t.Complete(&rc.WC{WRID: d.wqe.WRID, Opcode: rc.WCRecvWriteImm, ByteLen: uint32(e.Len),
 			Imm: wr.Imm, Flags: rc.WCWithImm, QPN: t.QPN(), SrcQP: d.qp.Num()}) {
 			return rc.RemoteOperation
@@ -197,7 +210,20 @@ func (d *qpDriver) execOne(e *soft.SendEntry) rc.Status {
 		if !t.PopRecv(&d.wqe) {
 			return rc.RNR
 		}
-		n, st := t.ScatterRecv(&d.wqe, e.Len, d.segs[:])
+		n, st := t.ScatterRecvPin(&d.wqe, e.Len, d.segs[:], d.pins[:])
+		if st == rc.Success {
+			var lst rc.Status
+			// st: a receive buffer deregistered while the message went in;
+			// lst: the local gather list's region.
+			st, lst = t.CopySGPinned(d.segs[:n], d.pins[:n], e.Local, e.LocalPins(d.qp))
+			if lst != rc.Success {
+				clear(d.segs[:n])
+				t.Complete(&rc.WC{WRID: d.wqe.WRID, Status: rc.WRFlush, Opcode: rc.WCRecv, QPN: t.QPN(), SrcQP: d.qp.Num()})
+				t.Fail(true)
+				return lst
+			}
+		}
+		clear(d.segs[:n])
 		if st != rc.Success {
 			// The receiver's error: its receive completes with it, its QP
 			// goes to ERROR; the requester learns of a remote error.
@@ -208,7 +234,6 @@ func (d *qpDriver) execOne(e *soft.SendEntry) rc.Status {
 			}
 			return rc.RemoteOperation
 		}
-		rc.CopySG(d.segs[:n], e.Local)
 		w := rc.WC{WRID: d.wqe.WRID, Opcode: rc.WCRecv, ByteLen: uint32(e.Len), QPN: t.QPN(), SrcQP: d.qp.Num()}
 		if wr.Opcode == verbs.OpSendWithImm {
 			w.Imm, w.Flags = wr.Imm, rc.WCWithImm
@@ -217,15 +242,20 @@ func (d *qpDriver) execOne(e *soft.SendEntry) rc.Status {
 			return rc.RemoteOperation
 		}
 	case verbs.OpRead:
-		src, st := t.RemoteCached(&d.keys, wr.RKey, wr.RemoteAddr, e.Len, rc.AccessRemoteRead)
+		src, pin, st := t.RemotePin(&d.keys, wr.RKey, wr.RemoteAddr, e.Len, rc.AccessRemoteRead)
 		if st != rc.Success {
 			return st
 		}
-		scatter(e.Local, src)
+		if st := t.CopyOut(pin, e.Local, src, e.LocalPins(d.qp)); st != rc.Success {
+			return st
+		}
 	case verbs.OpCompareAndSwap, verbs.OpFetchAndAdd:
-		word, st := t.Atomic(wr.RKey, wr.RemoteAddr)
+		word, pin, st := t.AtomicPin(wr.RKey, wr.RemoteAddr)
 		if st != rc.Success {
 			return st
+		}
+		if !t.Enter(pin) {
+			return rc.RemoteAccess
 		}
 		var old uint64
 		if wr.Opcode == verbs.OpCompareAndSwap {
@@ -233,27 +263,18 @@ func (d *qpDriver) execOne(e *soft.SendEntry) rc.Status {
 		} else {
 			old = fetchAdd(word, wr.CompareAdd)
 		}
-		if len(e.Local) == 1 {
+		t.Leave(pin)
+		if lp := e.LocalPins(d.qp); len(e.Local) == 1 {
+			if !lp.Enter(0) {
+				return rc.LocalProtection
+			}
 			binary.LittleEndian.PutUint64(e.Local[0], old)
+			lp.Leave(0)
 		}
 	default:
 		return rc.LocalQPOperation
 	}
 	return rc.Success
-}
-
-func gather(dst []byte, src [][]byte) {
-	for _, s := range src {
-		n := copy(dst, s)
-		dst = dst[n:]
-	}
-}
-
-func scatter(dst [][]byte, src []byte) {
-	for _, d := range dst {
-		n := copy(d, src)
-		src = src[n:]
-	}
 }
 
 // poll is the progress goroutine's visit: peer death, errors a peer

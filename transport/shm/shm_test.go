@@ -15,3 +15,5 @@ func TestMain(m *testing.M) {
 }
 
 func TestConformance(t *testing.T) { conformance.Run(t, "shm0") }
+
+func TestDeregInFlight(t *testing.T) { conformance.DeregInFlight(t, "shm0") }

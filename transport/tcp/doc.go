@@ -60,8 +60,29 @@
 // RetryExceeded, as does a silent peer after timeout×(retry_cnt+1) without
 // progress (never when Timeout is 0). A QP that leaves RTR/RTS closes its
 // connection; a request that reaches a QP no longer in RTR/RTS is dropped,
-// and its requester sees the connection end. PathMTU, MaxRdAtomic and
-// MaxDestRdAtomic are accepted and ignored.
+// and its requester sees the connection end. MaxRdAtomic bounds the
+// READs and atomics the requester has outstanding, MaxDestRdAtomic those
+// the responder serves at once (0 means 16 for both): a READ or atomic
+// beyond it, counting responses still queued for a peer that does not
+// read them, is NAKed as an invalid request. Responses queued for the
+// peer are bounded too (maxQueuedResp, ACKs coalesced): when the peer
+// does not read them, the reader stops reading its requests, and a peer
+// that still has not read after timeout×(retry_cnt+1) (at least a
+// second) is disconnected: outstanding work requests fail with
+// RetryExceeded. PathMTU is accepted and ignored (a stream has no MTU).
+// Accepted connections whose hello is not routed yet are bounded
+// (maxHandshakes); beyond that a new one is closed at once.
+//
+// Memory is moved under the keys' in-use counts (keytab.Pin), a chunk at a
+// time (rc.ChunkSize: one non-blocking read, one writev, one copy), so that
+// once Dereg returns no operation touches the region: a WRITE or SEND
+// payload is read from the socket straight into target memory only
+// through non-blocking reads, each under the key, and the rest of a
+// payload whose region went away is discarded (RemoteAccess; a receive
+// buffer: the receive completes with LocalProtection, the SEND with
+// RemoteOperation); READ_RESP data is written under the key, replaced by
+// zeros once it is gone, and its status trailer then says RemoteAccess.
+// The requester's own buffers likewise (LocalProtection).
 //
 // # Goroutines and performance
 //

@@ -2,7 +2,12 @@ package tcp
 
 // Wire format of the frames exchanged on a QP's connection. Every frame is a
 // fixed-size header, followed for WRITE, WRITE_IMM, SEND, SEND_IMM and
-// READ_RESP by Length bytes of payload. All integers are big-endian.
+// READ_RESP by Length bytes of payload. All integers are big-endian. A
+// READ_RESP with flagStatus set carries an 8-byte status trailer after its
+// payload (trailerLen; a uint32 rc status, then 4 zero bytes): the status
+// is decided after the data is sent, so that a READ whose region is
+// deregistered while its data goes out fails with a remote access error
+// (the rest of its data is sent as zeros, never read from the memory).
 //
 // The header is used as a typed view of a byte slice (header) with offset
 // constants and accessors, in the style of gVisor's pkg/tcpip/header.
@@ -94,7 +99,10 @@ var reqOpcodes = [...]opcode{
 // Flag bits.
 const (
 	flagSolicited uint8 = 1 << 0
-	knownFlags          = flagSolicited
+	flagStatus    uint8 = 1 << 1 // READ_RESP: a status trailer follows the payload
+	knownFlags          = flagSolicited | flagStatus
+
+	trailerLen = 8
 )
 
 // NAK syndromes.
@@ -125,7 +133,6 @@ func (h header) imm() uint32      { return binary.BigEndian.Uint32(h[hdrImm:]) }
 func (h header) reserved() uint32 { return binary.BigEndian.Uint32(h[hdrReserved:]) }
 func (h header) compare() uint64  { return binary.BigEndian.Uint64(h[hdrCompare:]) }
 func (h header) swap() uint64     { return binary.BigEndian.Uint64(h[hdrSwap:]) }
-
 
 // frame holds the decoded fields of a header.
 type frame struct {

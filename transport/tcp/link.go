@@ -58,18 +58,33 @@ const (
 	// it writes the responses it owes while input keeps coming.
 	flushFrames = 32
 	flushBytes  = 4 << 20
+	// maxQueuedResp bounds the responses queued for the peer: at it, the
+	// reader stops reading requests until the peer reads (or is
+	// disconnected, see awaitOutput). A peer that reads its responses
+	// never gets near it: READ and atomic responses are bounded by
+	// max_dest_rd_atomic, ACKs coalesce.
+	maxQueuedResp = 1024
 )
 
 var (
 	errStopped   = errors.New("tcp: link stopped")
 	errProtocol  = errors.New("tcp: protocol violation by the peer")
 	errBadAccept = errors.New("tcp: unexpected connection accept")
+	errStalled   = errors.New("tcp: the peer does not read its responses")
+	// errDeregistered: the region a request was moving data into or out
+	// of was deregistered meanwhile; the rest must not touch its memory.
+	errDeregistered = errors.New("tcp: memory region deregistered during the transfer")
+	// errLocalDereg: the same for the local memory of a request being
+	// sent; the stream is cut and the work request fails with
+	// LocalProtection.
+	errLocalDereg = errors.New("tcp: local memory region deregistered while its request was sent")
 )
 
 type link struct {
 	d        *qpDriver
 	qp       *soft.QP
 	t        *rc.Target
+	ltab     keytab.Table // the QP's own key table (pins of send entries)
 	peer     qpAddr
 	peerIP   net.IP
 	dialer   bool
@@ -86,6 +101,10 @@ type link struct {
 	writeFn  func(fd uintptr) bool
 	readFn   func(fd uintptr) bool
 	progress atomic.Uint64 // bytes moved either way, responses seen
+	// rdHeld counts READ and atomic responses queued and not yet taken
+	// into a batch: the responder engine counts them against
+	// max_dest_rd_atomic. Written under d.mu, read by the reader.
+	rdHeld atomic.Int32
 
 	// Guarded by d.mu: connection state.
 	conn      *net.TCPConn
@@ -118,8 +137,16 @@ type link struct {
 	rpos    int
 	rend    int
 	dropAll bool         // the QP left RTR/RTS: drop every request
+	stall   bool         // maxQueuedResp responses queued: wait for the peer to read
 	keys    keytab.Cache // last rkey resolved
 	rdMem   []byte       // data of the READ_RESP the responder queued last
+	rdPin   keytab.Pin   // and its key's pin
+	// pinned non-blocking read (readPinned, rawReadPinned)
+	ptab      keytab.Table
+	pin       keytab.Pin
+	pinWait   bool
+	pinLost   bool
+	readPinFn func(fd uintptr) bool
 	// frames and bytes handled since output was last flushed
 	owedFrames int
 	owedBytes  int
@@ -129,23 +156,27 @@ type link struct {
 	tryErr error
 	wqe    rc.RecvWQE
 	segs   [rc.MaxSGE][]byte
-	one    [1][]byte
+	rpins  [rc.MaxSGE]keytab.Pin
 	pkt    rcproto.Packet
+	// READ_RESP status trailer (handleResponse)
+	trailer  [trailerLen]byte
+	trailSeg [1][]byte
 }
 
-func newLink(d *qpDriver, peer qpAddr, ip net.IP, dialer bool, rqpsn psn) *link {
+func newLink(d *qpDriver, peer qpAddr, ip net.IP, dialer bool, rqpsn psn, maxDestRd int) *link {
 	l := &link{
-		d: d, qp: d.qp, t: d.t, peer: peer, peerIP: ip, dialer: dialer, rqpsn: rqpsn,
+		d: d, qp: d.qp, t: d.t, ltab: d.qp.Keys(), peer: peer, peerIP: ip, dialer: dialer, rqpsn: rqpsn,
 		stop:     make(chan struct{}),
 		incoming: make(chan *net.TCPConn, 1),
 		wake:     make(chan struct{}, 1),
 		epoch:    time.Now(),
-		resp:     rcproto.NewResponder(rcproto.RespConfig{FirstPSN: rqpsn}),
+		resp:     rcproto.NewResponder(rcproto.RespConfig{FirstPSN: rqpsn, MaxDestRdAtomic: maxDestRd}),
 	}
 	l.dialCtx, l.cancel = context.WithCancel(context.Background())
 	l.cond.L = &d.mu
 	l.writeFn = l.rawWrite
 	l.readFn = l.rawRead
+	l.readPinFn = l.rawReadPinned
 	l.timer = time.AfterFunc(time.Hour, l.onTimer)
 	l.timer.Stop()
 	l.out.init()
@@ -222,7 +253,13 @@ func (l *link) applyLocked(acts []rcproto.Action) (place rcproto.Action, ok bool
 				return place, false
 			}
 			if e := qp.SendEntry(a.WR); e.WR.Opcode.IsAtomic() && len(e.Local) == 1 && len(e.Local[0]) == 8 {
+				if !l.ltab.EnterOpt(e.Pins[0]) {
+					// The result buffer was deregistered meanwhile.
+					l.failHeadLocked(verbs.StatusLocalProtection)
+					return place, false
+				}
 				binary.LittleEndian.PutUint64(e.Local[0], a.Value)
+				l.ltab.LeaveOpt(e.Pins[0])
 			}
 			if !qp.CompleteSend(verbs.StatusSuccess) {
 				// The QP went to ERROR under us (a transition in progress).
@@ -299,7 +336,8 @@ func (l *link) postLocked() bool {
 	for tail := qp.SendTail(); l.posted < tail; {
 		e := qp.SendEntry(l.posted)
 		l.posted++
-		w := rcproto.WR{Op: rcproto.Opcode(reqOpcodes[e.WR.Opcode]), Len: uint32(e.Len), Err: rc.Status(e.Status)}
+		w := rcproto.WR{Op: rcproto.Opcode(reqOpcodes[e.WR.Opcode]), Len: uint32(e.Len), Err: rc.Status(e.Status),
+			Fence: e.WR.Flags&verbs.SendFence != 0}
 		if _, ok := l.applyLocked(l.req.Post(w, l.now())); !ok {
 			return false
 		}
@@ -319,6 +357,7 @@ func (l *link) startLocked(attr *verbs.QPAttr) {
 		Timeout:        attr.Timeout,
 		RetryCount:     attr.RetryCount,
 		RNRRetry:       attr.RNRRetry,
+		MaxRdAtomic:    rdAtomicDepth(attr.MaxRdAtomic),
 		Reliable:       true,
 		ConnectTimeout: connectLimit(attr.Timeout, attr.RetryCount),
 	})

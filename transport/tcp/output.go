@@ -18,6 +18,8 @@ package tcp
 // connection ended when it has read everything the peer sent before.
 
 import (
+	"github.com/rdmakit/rdmakit/internal/keytab"
+	"github.com/rdmakit/rdmakit/internal/rc"
 	"github.com/rdmakit/rdmakit/internal/soft"
 	"github.com/rdmakit/rdmakit/internal/sys"
 	"github.com/rdmakit/rdmakit/verbs"
@@ -26,7 +28,9 @@ import (
 // response is a queued response frame.
 type response struct {
 	hdr  [headerLen]byte
-	data []byte // READ_RESP payload, in target memory
+	data []byte     // READ_RESP payload, in target memory
+	pin  keytab.Pin // data's key: checked before each write of it
+	op   opcode
 }
 
 type output struct {
@@ -38,9 +42,16 @@ type output struct {
 	// [taken, tail) wait. It grows (doubling) when full.
 	resp                 []response
 	rHead, rTaken, rTail uint64
+	waiting              bool // the reader waits for responses to leave (awaitOutput)
 
 	// The batch: owned by the token holder.
-	batch     [sys.MaxIOV][]byte
+	batch [sys.MaxIOV][]byte
+	kinds [sys.MaxIOV]uint8      // seg*: what each buffer of batch is
+	pins  [sys.MaxIOV]keytab.Pin // segData, segTrailer: the READ's key
+	// rPhase and rOff: how much of response rTaken is in batches so far
+	// (0: nothing, 1: the header and rOff bytes of data, 2: all data).
+	rPhase    int
+	rOff      int
 	bi, bn    int // batch[bi:bn] is still to write
 	batchResp uint64
 	iov       sys.IOVecs
@@ -50,12 +61,41 @@ type output struct {
 
 func (o *output) init() { o.resp = make([]response, 64) }
 
+// Kinds of batch buffers.
+const (
+	segPlain   uint8 = iota // written as is
+	segData                 // READ data in target memory: written under its pin
+	segTrailer              // READ_RESP status trailer, not decided yet
+	segEntered              // segData inside Enter during one writev
+	segLocal                // request payload in local memory: written under its pin
+	segLocalIn              // segLocal inside Enter during one writev
+)
+
+var (
+	// zeroChunk replaces READ data whose region was deregistered while it
+	// went out: the stream must carry the promised bytes, never the
+	// memory's.
+	zeroChunk = make([]byte, rc.ChunkSize)
+	// The READ_RESP status trailers (see header.go).
+	trailerOK  [trailerLen]byte
+	trailerBad = [trailerLen]byte{3: byte(rc.RemoteAccess)}
+)
+
 func (o *output) pendingResp() bool { return o.rTaken < o.rTail }
 
-// queueLocked appends a response (the responder engine coalesced ACKs).
-func (l *link) queueLocked(f *frame, data []byte) {
+// queueLocked appends a response. An ACK replaces an ACK queued last
+// and not yet taken into a batch (it acknowledges everything that one
+// did), so a peer that does not read gets at most one ACK queued per
+// other response.
+func (l *link) queueLocked(f *frame, data []byte, pin keytab.Pin) {
 	o := &l.out
 	mask := uint64(len(o.resp) - 1)
+	if f.op == opAck && o.rTail > o.rTaken {
+		if r := &o.resp[(o.rTail-1)&mask]; r.op == opAck {
+			header(r.hdr[:]).encode(f)
+			return
+		}
+	}
 	if o.rTail-o.rHead == uint64(len(o.resp)) {
 		// Grow. Batches in flight keep pointing into the old array, whose
 		// contents stay as they were.
@@ -68,9 +108,16 @@ func (l *link) queueLocked(f *frame, data []byte) {
 	}
 	r := &o.resp[o.rTail&mask]
 	header(r.hdr[:]).encode(f)
-	r.data = data
+	r.data, r.pin = data, pin
+	r.op = f.op
+	if f.op == opReadResp || f.op == opAtomicResp {
+		l.rdHeld.Add(1)
+	}
 	o.rTail++
 }
+
+// queuedLocked returns how many responses are queued or being written.
+func (o *output) queuedLocked() int { return int(o.rTail - o.rHead) }
 
 // canSendLocked reports whether requests may be transmitted (the engine
 // decides which).
@@ -84,16 +131,43 @@ func (l *link) buildBatchLocked() bool {
 	o := &l.out
 	n := 0
 	mask := uint64(len(o.resp) - 1)
-	for o.rTaken < o.rTail && n+2 <= len(o.batch) {
+	for o.rTaken < o.rTail && n < len(o.batch) {
 		r := &o.resp[o.rTaken&mask]
-		o.batch[n] = r.hdr[:]
-		n++
-		if len(r.data) > 0 {
-			o.batch[n] = r.data
+		switch o.rPhase {
+		case 0: // the header
+			if len(r.data) > 0 && !l.t.Valid(r.pin) {
+				// Deregistered before its data went out: the READ fails
+				// with a remote access error instead, and this QP goes to
+				// ERROR.
+				header(r.hdr[:]).encode(&frame{op: opNak, syndrome: synRemoteAccess, psn: header(r.hdr[:]).psn()})
+				r.data, r.pin = nil, keytab.Pin{}
+				l.t.Fail(!l.d.srq)
+			}
+			o.batch[n], o.kinds[n] = r.hdr[:], segPlain
 			n++
+			o.rPhase, o.rOff = 1, 0
+		case 1: // READ data, a chunk per buffer (each written under its pin)
+			for o.rOff < len(r.data) && n < len(o.batch) {
+				k := min(len(r.data)-o.rOff, rc.ChunkSize)
+				o.batch[n], o.pins[n], o.kinds[n] = r.data[o.rOff:o.rOff+k], r.pin, segData
+				n++
+				o.rOff += k
+			}
+			if o.rOff == len(r.data) {
+				o.rPhase = 2
+			}
+		case 2: // the status trailer, decided when it is written
+			if header(r.hdr[:]).flags()&flagStatus != 0 {
+				o.batch[n], o.pins[n], o.kinds[n] = trailerOK[:], r.pin, segTrailer
+				n++
+			}
+			o.rPhase = 0
+			if r.op == opReadResp || r.op == opAtomicResp {
+				l.rdHeld.Add(-1)
+			}
+			o.rTaken++
+			o.batchResp++
 		}
-		o.rTaken++
-		o.batchResp++
 	}
 	if l.canSendLocked() && l.postLocked() {
 		qp := l.qp
@@ -116,11 +190,11 @@ func (l *link) buildBatchLocked() bool {
 				encodeRequest(header(h), e, p.PSN)
 				l.encoded = p.WR + 1
 			}
-			o.batch[n] = h
+			o.batch[n], o.kinds[n] = h, segPlain
 			n++
 			if payload {
-				for _, s := range e.Local {
-					o.batch[n] = s
+				for i, s := range e.Local {
+					o.batch[n], o.kinds[n], o.pins[n] = s, segLocal, e.Pins[i]
 					n++
 				}
 			}
@@ -152,6 +226,37 @@ func encodeRequest(h header, e *soft.SendEntry, q psn) {
 	h.encode(&f)
 }
 
+// leaveBatch ends the touches rawWrite began for batch[i:j].
+func (l *link) leaveBatch(i, j int) {
+	o := &l.out
+	for ; i < j; i++ {
+		switch o.kinds[i] {
+		case segEntered:
+			l.t.Leave(o.pins[i])
+			o.kinds[i] = segData
+		case segLocalIn:
+			l.ltab.LeaveOpt(o.pins[i])
+			o.kinds[i] = segLocal
+		}
+	}
+}
+
+// localLostLocked ends the connection when a request's local memory was
+// deregistered while it went out: the oldest work request fails with
+// LocalProtection when the reader exits.
+func (l *link) localLostLocked(err error) {
+	if err != errLocalDereg {
+		return
+	}
+	if l.failSt == verbs.StatusSuccess {
+		l.failSt = verbs.StatusLocalProtection
+	}
+	l.failQP = true
+	if l.conn != nil {
+		l.conn.Close()
+	}
+}
+
 // accountLocked releases the responses of a finished batch.
 func (l *link) accountLocked() {
 	o := &l.out
@@ -161,7 +266,11 @@ func (l *link) accountLocked() {
 	mask := uint64(len(o.resp) - 1)
 	for ; o.batchResp > 0; o.batchResp-- {
 		o.resp[o.rHead&mask].data = nil
+		o.resp[o.rHead&mask].pin = keytab.Pin{}
 		o.rHead++
+	}
+	if o.waiting {
+		l.cond.Broadcast()
 	}
 }
 
@@ -178,7 +287,13 @@ func (l *link) brokenLocked() {
 	o.broken = true
 	o.bi, o.bn = 0, 0
 	l.accountLocked()
+	for i := o.rTaken; i < o.rTail; i++ {
+		o.resp[i&uint64(len(o.resp)-1)].data = nil
+	}
 	o.rTaken, o.rHead = o.rTail, o.rTail
+	o.rPhase, o.rOff = 0, 0
+	l.rdHeld.Store(0)
+	l.cond.Broadcast()
 }
 
 // flush writes pending output from the calling goroutine without
@@ -205,6 +320,7 @@ func (l *link) flush() {
 		if err != nil || l.stopped {
 			if err != nil {
 				l.brokenLocked()
+				l.localLostLocked(err)
 			}
 			l.releaseLocked()
 			d.mu.Unlock()
@@ -251,6 +367,7 @@ func (l *link) writer() {
 			l.accountLocked()
 			if err != nil {
 				l.brokenLocked()
+				l.localLostLocked(err)
 				break
 			}
 		}
@@ -275,7 +392,42 @@ func (l *link) writeBatch(block bool) error {
 func (l *link) rawWrite(fd uintptr) bool {
 	o := &l.out
 	for o.bi < o.bn {
+		// Target memory is written under its key's in-use count (one
+		// non-blocking writev is a bounded touch): a Dereg waits for it,
+		// and data of a region deregistered meanwhile is never sent:
+		// zeros go in its place, and the READ's trailer says
+		// RemoteAccess.
+		t := l.t
+		for i := o.bi; i < o.bn; i++ {
+			switch o.kinds[i] {
+			case segLocal:
+				// A request's payload: a local region deregistered while
+				// it goes out cuts the stream (the request cannot be
+				// finished) and fails the work request.
+				if !l.ltab.EnterOpt(o.pins[i]) {
+					l.leaveBatch(o.bi, i)
+					o.werr = errLocalDereg
+					return true
+				}
+				o.kinds[i] = segLocalIn
+			case segData:
+				if t.Enter(o.pins[i]) {
+					o.kinds[i] = segEntered
+				} else {
+					o.batch[i], o.kinds[i] = zeroChunk[:len(o.batch[i])], segPlain
+				}
+			case segTrailer:
+				if t.Valid(o.pins[i]) {
+					o.batch[i] = trailerOK[:]
+				} else {
+					o.batch[i] = trailerBad[:]
+					t.Fail(!l.d.srq) // the responder NAKed: its QP goes to ERROR
+				}
+				o.kinds[i] = segPlain
+			}
+		}
 		n, err := sys.Writev(int(fd), o.batch[o.bi:o.bn], &o.iov)
+		l.leaveBatch(o.bi, o.bn)
 		if err == sys.ErrAgain {
 			return !o.block
 		}

@@ -134,7 +134,7 @@ func (d *qpDriver) toRTR(attr *verbs.QPAttr) error {
 	if err != nil {
 		return fmt.Errorf("%w: %w", verbs.ErrInvalidArgument, err)
 	}
-	l := newLink(d, a, ip, dialer, psn(attr.RQPSN&psnMask))
+	l := newLink(d, a, ip, dialer, psn(attr.RQPSN&psnMask), rdAtomicDepth(attr.MaxDestRdAtomic))
 	d.mu.Lock()
 	if d.link != nil {
 		d.mu.Unlock()
@@ -226,6 +226,18 @@ func (d *qpDriver) offer(c *net.TCPConn, h *hello) offerResult {
 	l.accepted = true
 	l.incoming <- c // buffered; accepted once
 	return offerTaken
+}
+
+// defaultRdAtomic is max_rd_atomic and max_dest_rd_atomic when the QP's
+// attributes leave them 0.
+const defaultRdAtomic = 16
+
+// rdAtomicDepth is the READ/atomic depth an attribute asks for.
+func rdAtomicDepth(n uint8) int {
+	if n == 0 {
+		return defaultRdAtomic
+	}
+	return int(n)
 }
 
 // connectLimit is how long posted work requests wait for the connection:

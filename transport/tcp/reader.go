@@ -9,11 +9,13 @@ package tcp
 // blocks on a write.
 
 import (
+	"encoding/binary"
 	"fmt"
 	"io"
 	"net"
 	"time"
 
+	"github.com/rdmakit/rdmakit/internal/keytab"
 	"github.com/rdmakit/rdmakit/internal/rc"
 	"github.com/rdmakit/rdmakit/internal/rcproto"
 	"github.com/rdmakit/rdmakit/internal/sys"
@@ -30,6 +32,11 @@ func readFull(c net.Conn, b []byte) (int, error) { return io.ReadFull(c, b) }
 func (l *link) readLoop() error {
 	var f frame
 	for {
+		if l.stall {
+			if err := l.awaitOutput(); err != nil {
+				return err
+			}
+		}
 		if l.owedFrames >= flushFrames || l.owedBytes >= flushBytes {
 			l.flushOwed()
 		}
@@ -79,16 +86,59 @@ func (l *link) drainResponses(acks bool) {
 	for r.NextResponse(p, acks) {
 		f := frame{op: opcode(p.Op), psn: p.PSN, syndrome: uint8(p.Syn), rnrTimer: p.RNRTimer}
 		var data []byte
+		var pin keytab.Pin
 		switch p.Op {
 		case rcproto.OpReadResp:
 			f.length = p.Len
+			if p.Len > 0 {
+				f.flags = flagStatus
+			}
 			data, l.rdMem = l.rdMem, nil
+			pin, l.rdPin = l.rdPin, keytab.Pin{}
 		case rcproto.OpAtomicResp:
 			f.compare = p.Value
 		}
-		l.queueLocked(&f, data)
+		l.queueLocked(&f, data, pin)
+	}
+	if l.out.queuedLocked() >= maxQueuedResp {
+		l.stall = true
 	}
 	d.mu.Unlock()
+}
+
+// awaitOutput stops reading requests while maxQueuedResp responses are
+// queued: it waits until the peer has read half of them. A peer that
+// reads nothing for timeout×(retry_cnt+1) (at least a second; the connect
+// timeout when the QP's timeout is infinite) is disconnected rather than
+// buffered: the link ends with errStalled, which fails outstanding work
+// requests with RetryExceeded.
+func (l *link) awaitOutput() error {
+	l.flushOwed()
+	a := l.qp.Config()
+	limit := max(connectLimit(a.Timeout, a.RetryCount), minConnectTimeout)
+	deadline := time.Now().Add(limit)
+	d := l.d
+	wake := time.AfterFunc(limit, func() {
+		d.mu.Lock()
+		l.cond.Broadcast()
+		d.mu.Unlock()
+	})
+	defer wake.Stop()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	l.out.waiting = true
+	defer func() { l.out.waiting = false }()
+	for l.out.queuedLocked() >= maxQueuedResp/2 {
+		if l.stopped || l.out.broken {
+			return errStopped
+		}
+		if !time.Now().Before(deadline) {
+			return errStalled
+		}
+		l.cond.Wait()
+	}
+	l.stall = false
+	return nil
 }
 
 // read reads into b what is there, or else flushes what is owed and waits.
@@ -107,6 +157,86 @@ func (l *link) read(b []byte) (int, error) {
 func (l *link) rawRead(fd uintptr) bool {
 	l.tryN, l.tryErr = sys.Read(int(fd), l.tryBuf)
 	return true
+}
+
+// readPinned reads the next len(dst) bytes of the stream into dst, memory
+// of a registered region resolved with pin: each piece (a copy from the
+// buffer, one non-blocking read, at most rc.ChunkSize) is moved under the
+// key's in-use count, so a Dereg waits for the piece in progress and the
+// rest fails with errDeregistered (the bytes not read stay in the
+// stream). It returns the bytes read.
+func (l *link) readPinned(dst []byte, tab keytab.Table, pin keytab.Pin) (int, error) {
+	done := 0
+	for done < len(dst) {
+		seg := dst[done:min(len(dst), done+rc.ChunkSize)]
+		if l.rend > l.rpos {
+			if !tab.EnterOpt(pin) {
+				return done, errDeregistered
+			}
+			c := copy(seg, l.rbuf[l.rpos:l.rend])
+			tab.LeaveOpt(pin)
+			l.rpos += c
+			done += c
+			continue
+		}
+		if len(seg) < directRead {
+			if err := l.fill(1); err != nil {
+				return done, err
+			}
+			continue
+		}
+		if l.owedBytes >= flushBytes {
+			l.flushOwed() // a long payload: don't sit on what we owe
+		}
+		k, err := l.readDirectPinned(seg, tab, pin)
+		if k > 0 {
+			done += k
+			l.owedBytes += k
+			l.progress.Add(1)
+		}
+		if err != nil {
+			return done, err
+		}
+	}
+	return done, nil
+}
+
+// readDirectPinned is one read from the socket straight into seg under
+// pin: a non-blocking attempt; if nothing is there, what is owed is
+// flushed and the reader waits for input with no buffer given to the
+// kernel, checking the key again before each attempt.
+func (l *link) readDirectPinned(seg []byte, tab keytab.Table, pin keytab.Pin) (int, error) {
+	l.tryBuf, l.ptab, l.pin = seg, tab, pin
+	defer func() { l.tryBuf, l.ptab, l.pin = nil, keytab.Table{}, keytab.Pin{} }()
+	for wait := false; ; wait = true {
+		l.tryN, l.tryErr, l.pinWait, l.pinLost = 0, nil, wait, false
+		if err := l.raw.Read(l.readPinFn); err != nil {
+			return 0, err
+		}
+		switch {
+		case l.pinLost:
+			return 0, errDeregistered
+		case l.tryErr == sys.ErrAgain:
+			l.flushOwed()
+			continue
+		case l.tryErr != nil:
+			return 0, l.tryErr
+		case l.tryN == 0:
+			return 0, io.EOF
+		}
+		return l.tryN, nil
+	}
+}
+
+// rawReadPinned is the syscall.RawConn callback of readDirectPinned.
+func (l *link) rawReadPinned(fd uintptr) bool {
+	if !l.ptab.EnterOpt(l.pin) {
+		l.pinLost = true
+		return true
+	}
+	l.tryN, l.tryErr = sys.Read(int(fd), l.tryBuf)
+	l.ptab.LeaveOpt(l.pin)
+	return !(l.pinWait && l.tryErr == sys.ErrAgain)
 }
 
 // protocolError fails the QP: the peer sent something that makes no sense.
@@ -223,7 +353,16 @@ func (l *link) handleRequest(f *frame) error {
 	r := l.resp
 	p := &l.pkt
 	*p = rcproto.Packet{Op: rcproto.Opcode(f.op), Seg: rcproto.SegOnly, PSN: f.psn, Len: f.length}
+	r.Hold(int(l.rdHeld.Load()))
 	if r.Step(p) == rcproto.Drop {
+		if r.Failed() {
+			// The engine NAKed it as fatal by itself (an invalid request:
+			// beyond max_dest_rd_atomic, out of order within a message).
+			if err := l.discard(pay); err != nil {
+				return err
+			}
+			return l.failResponder()
+		}
 		l.drainResponses(false)
 		return l.discard(pay)
 	}
@@ -235,7 +374,7 @@ func (l *link) handleRequest(f *frame) error {
 	var res rcproto.Result
 	switch f.op {
 	case opWrite, opWriteImm:
-		m, st := t.RemoteCached(&l.keys, f.rkey, f.raddr, n, rc.AccessRemoteWrite)
+		m, pin, st := t.RemotePin(&l.keys, f.rkey, f.raddr, n, rc.AccessRemoteWrite)
 		if st != rc.Success {
 			res.Status = st
 			break
@@ -244,9 +383,17 @@ func (l *link) handleRequest(f *frame) error {
 			res.Status, res.RNRTimer = rc.RNR, t.MinRNR()
 			break
 		}
-		l.one[0] = m
-		err := l.readInto(l.one[:], n)
-		l.one[0] = nil
+		k, err := l.readPinned(m, t.Keys(), pin)
+		if err == errDeregistered {
+			// Deregistered during the transfer: the rest is discarded and
+			// the WRITE fails with RemoteAccess.
+			if f.op == opWriteImm {
+				l.lostRecv()
+			}
+			pay = n - k
+			res.Status = rc.RemoteAccess
+			break
+		}
 		if err != nil {
 			if f.op == opWriteImm {
 				l.lostRecv()
@@ -263,15 +410,28 @@ func (l *link) handleRequest(f *frame) error {
 			res.Status, res.RNRTimer = rc.RNR, t.MinRNR()
 			break
 		}
-		k, st := t.ScatterRecv(&l.wqe, n, l.segs[:])
+		k, st := t.ScatterRecvPin(&l.wqe, n, l.segs[:], l.rpins[:])
 		if st != rc.Success {
 			if err := l.discard(pay); err != nil {
 				return err
 			}
 			return l.recvFailed(st)
 		}
-		err := l.readInto(l.segs[:k], n)
+		got := 0
+		var err error
+		for i := 0; i < k && err == nil; i++ {
+			var c int
+			c, err = l.readPinned(l.segs[i], t.Keys(), l.rpins[i])
+			got += c
+		}
 		clear(l.segs[:k])
+		if err == errDeregistered {
+			// A receive buffer deregistered while the message went in.
+			if err := l.discard(n - got); err != nil {
+				return err
+			}
+			return l.recvFailed(rc.LocalProtection)
+		}
 		if err != nil {
 			l.lostRecv()
 			return err
@@ -283,13 +443,17 @@ func (l *link) handleRequest(f *frame) error {
 		}
 		t.Complete(&wc)
 	case opReadReq:
-		m, st := t.RemoteCached(&l.keys, f.rkey, f.raddr, n, rc.AccessRemoteRead)
+		m, pin, st := t.RemotePin(&l.keys, f.rkey, f.raddr, n, rc.AccessRemoteRead)
 		res.Status = st
-		l.rdMem = m
+		l.rdMem, l.rdPin = m, pin
 	case opCmpSwap, opFetchAdd:
-		m, st := t.Atomic(f.rkey, f.raddr)
+		m, pin, st := t.AtomicPin(f.rkey, f.raddr)
 		if st != rc.Success {
 			res.Status = st
+			break
+		}
+		if !t.Enter(pin) {
+			res.Status = rc.RemoteAccess
 			break
 		}
 		if f.op == opCmpSwap {
@@ -297,11 +461,15 @@ func (l *link) handleRequest(f *frame) error {
 		} else {
 			res.Value = sys.FetchAdd64(m, 0, f.compare)
 		}
+		t.Leave(pin)
 	}
 	r.Done(res)
 	if r.Failed() {
 		// A fatal NAK (remote access, invalid request): the IBTA moves
 		// the responder to ERROR too.
+		if err := l.discard(pay); err != nil {
+			return err
+		}
 		return l.failResponder()
 	}
 	l.drainResponses(false)
@@ -384,6 +552,10 @@ func (l *link) handleResponse(f *frame) error {
 	if f.op.hasPayload() {
 		pay = int(f.length)
 	}
+	trailer := f.op == opReadResp && f.flags&flagStatus != 0
+	if trailer {
+		pay += trailerLen
+	}
 	d.mu.Lock()
 	if l.detached || l.stopped {
 		d.mu.Unlock()
@@ -414,18 +586,51 @@ func (l *link) handleResponse(f *frame) error {
 	// them waits for it: the entry stays ours while we read.
 	e := l.qp.SendEntry(place.WR)
 	d.mu.Unlock()
-	if int(place.Off)+int(place.Len) != e.Len || pay != int(place.Len) {
-		return l.protocolError(fmt.Errorf("%w: READ_RESP of %d bytes for a READ of %d", errProtocol, pay, e.Len))
+	if int(place.Off)+int(place.Len) != e.Len || int(f.length) != int(place.Len) {
+		return l.protocolError(fmt.Errorf("%w: READ_RESP of %d bytes for a READ of %d", errProtocol, f.length, e.Len))
 	}
-	if err := l.readInto(e.Local, e.Len); err != nil {
+	// The local buffer is written under its key's in-use count, as
+	// target memory is: deregistered on the way, the rest of the data is
+	// discarded and the READ fails with LocalProtection.
+	got := 0
+	var err error
+	for i := 0; i < len(e.Local) && err == nil; i++ {
+		var c int
+		c, err = l.readPinned(e.Local[i], l.ltab, e.Pins[i])
+		got += c
+	}
+	st := rc.Success
+	if err == errDeregistered {
+		rest := e.Len - got
+		if trailer {
+			rest += trailerLen
+		}
+		if err := l.discard(rest); err != nil {
+			return err
+		}
+		st, trailer = rc.LocalProtection, false
+	} else if err != nil {
 		return err
+	}
+	if trailer {
+		l.trailSeg[0] = l.trailer[:]
+		if err := l.readInto(l.trailSeg[:], trailerLen); err != nil {
+			return err
+		}
+		if s := rc.Status(binary.BigEndian.Uint32(l.trailer[:])); s != rc.Success {
+			st = rc.RemoteAccess // the only status a trailer carries
+		}
 	}
 	d.mu.Lock()
 	if l.detached || l.stopped {
 		d.mu.Unlock()
 		return errStopped
 	}
-	_, ok = l.applyLocked(l.req.Placed(l.now()))
+	if st != rc.Success {
+		_, ok = l.applyLocked(l.req.PlaceFailed(st, l.now()))
+	} else {
+		_, ok = l.applyLocked(l.req.Placed(l.now()))
+	}
 	d.mu.Unlock()
 	if !ok {
 		return errStopped

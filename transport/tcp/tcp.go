@@ -41,6 +41,12 @@ const (
 	handshakeTimeout = 5 * time.Second
 )
 
+// maxHandshakes bounds the accepted connections whose hello is not routed
+// yet (each has a goroutine for up to handshakeTimeout): beyond it a new
+// connection is closed at once, and a real dialer retries. A variable for
+// tests.
+var maxHandshakes = 1024
+
 func init() { verbs.Register(soft.NewDriver(driver{})) }
 
 type driver struct{}
@@ -140,12 +146,13 @@ type ctxDriver struct {
 	done chan struct{} // closed by Close
 	wg   sync.WaitGroup
 
-	// mu guards qps, pending, ready and closed.
-	mu      sync.Mutex
-	qps     map[uint32]*qpDriver
-	pending map[*net.TCPConn]struct{} // accepted, hello not read yet
-	ready   chan struct{}             // closed and replaced when a QP reaches RTR
-	closed  bool
+	// mu guards qps, pending, handshakes, ready and closed.
+	mu         sync.Mutex
+	qps        map[uint32]*qpDriver
+	pending    map[*net.TCPConn]struct{} // accepted, hello not read yet
+	handshakes int                       // handshake goroutines running
+	ready      chan struct{}             // closed and replaced when a QP reaches RTR
+	closed     bool
 }
 
 func openContext(ctx *soft.Context, addr string) (*ctxDriver, error) {
@@ -247,7 +254,15 @@ func (cd *ctxDriver) acceptLoop() {
 			c.Close()
 			return
 		}
+		if cd.handshakes >= maxHandshakes {
+			// Connections that send no hello, or name a QP that never
+			// takes them, must not pile up goroutines.
+			cd.mu.Unlock()
+			c.Close()
+			continue
+		}
 		cd.pending[c] = struct{}{}
+		cd.handshakes++
 		cd.wg.Add(1)
 		cd.mu.Unlock()
 		go cd.handshake(c)
@@ -259,6 +274,11 @@ func (cd *ctxDriver) acceptLoop() {
 // handshakeTimeout (the dialer retries after that).
 func (cd *ctxDriver) handshake(c *net.TCPConn) {
 	defer cd.wg.Done()
+	defer func() {
+		cd.mu.Lock()
+		cd.handshakes--
+		cd.mu.Unlock()
+	}()
 	handed := false
 	defer func() {
 		if !handed {

@@ -758,6 +758,12 @@ func TestResponderWire(t *testing.T) {
 	if _, err := readFull(c, data); err != nil || !bytes.Equal(data, []byte{0, 0, 0, 0, 1, 1, 1, 1}) {
 		t.Fatalf("read data %v, %v", data, err)
 	}
+	if fr.flags&flagStatus == 0 {
+		t.Fatal("READ_RESP without a status trailer")
+	}
+	if _, err := readFull(c, data); err != nil || !bytes.Equal(data, make([]byte, trailerLen)) {
+		t.Fatalf("status trailer %v, %v", data, err)
+	}
 	// Out of sequence: NAKed, then everything is dropped.
 	if _, err := c.Write(mkFrame(frame{op: opWrite, psn: 2000, rkey: a.mr.RKey(), raddr: a.mr.Addr()})); err != nil {
 		t.Fatal(err)
