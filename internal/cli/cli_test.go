@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"os"
 	"regexp"
 	"syscall"
 	"testing"
@@ -17,7 +18,8 @@ func TestSignals(t *testing.T) {
 	if s.Status() != 0 {
 		t.Fatal("status before any signal")
 	}
-	syscall.Kill(syscall.Getpid(), syscall.SIGTERM)
+	p, _ := os.FindProcess(os.Getpid())
+	p.Signal(syscall.SIGTERM)
 	select {
 	case <-s.Done():
 	case <-time.After(5 * time.Second):

@@ -13,7 +13,7 @@ import (
 	"strconv"
 	"strings"
 
-	"golang.org/x/sys/unix"
+	"github.com/rdmakit/rdmakit/internal/sys"
 )
 
 const (
@@ -52,12 +52,13 @@ func readHostLimits() hostLimits {
 		}
 		f.Close()
 	}
-	var rl unix.Rlimit
-	if unix.Getrlimit(unix.RLIMIT_NPROC, &rl) == nil && rl.Cur != unix.RLIM_INFINITY {
-		h.nproc = rl.Cur
-	}
-	if unix.Getrlimit(unix.RLIMIT_NOFILE, &rl) == nil && rl.Cur != unix.RLIM_INFINITY {
-		h.nofile = rl.Cur
+	if nproc, nofile, err := sys.ProcessLimits(); err == nil {
+		if nproc != sys.Unlimited {
+			h.nproc = nproc
+		}
+		if nofile != sys.Unlimited {
+			h.nofile = nofile
+		}
 	}
 	return h
 }

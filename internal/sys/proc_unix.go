@@ -43,6 +43,26 @@ func MemlockLimit() (uint64, error) {
 	return uint64(r.Cur), nil
 }
 
+// ProcessLimits returns the soft RLIMIT_NPROC (processes of this user) and
+// RLIMIT_NOFILE (open files) limits; Unlimited where there is none.
+func ProcessLimits() (nproc, nofile uint64, err error) {
+	get := func(res int, name string) (uint64, error) {
+		var r unix.Rlimit
+		if err := unix.Getrlimit(res, &r); err != nil {
+			return 0, fmt.Errorf("getrlimit(%s): %w", name, err)
+		}
+		if uint64(r.Cur) == uint64(unix.RLIM_INFINITY) {
+			return Unlimited, nil
+		}
+		return uint64(r.Cur), nil
+	}
+	if nproc, err = get(unix.RLIMIT_NPROC, "RLIMIT_NPROC"); err != nil {
+		return 0, 0, err
+	}
+	nofile, err = get(unix.RLIMIT_NOFILE, "RLIMIT_NOFILE")
+	return nproc, nofile, err
+}
+
 // DupNonblock duplicates fd (close-on-exec) and puts the copy in
 // non-blocking mode, for handing a descriptor owned by a C library to the
 // Go netpoller (os.NewFile) without taking it from the library.

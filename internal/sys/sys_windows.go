@@ -80,6 +80,9 @@ func KillProcessGroup(pid int) error { return notSupported("kill(-pgid)") }
 // MemlockLimit is not supported on Windows (there is no RLIMIT_MEMLOCK).
 func MemlockLimit() (uint64, error) { return 0, notSupported("getrlimit(RLIMIT_MEMLOCK)") }
 
+// ProcessLimits: Windows has no such per-user limits.
+func ProcessLimits() (nproc, nofile uint64, err error) { return Unlimited, Unlimited, nil }
+
 // DupNonblock is not supported on Windows.
 func DupNonblock(fd int) (int, error) { return -1, notSupported("dup") }
 
