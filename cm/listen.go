@@ -505,14 +505,14 @@ func (l *Listener) runHandshake(raw, c net.Conn, start time.Time) (conn *Conn, r
 	req = &Request{
 		TLS:          tlsState,
 		SecretProved: secret != nil,
-		RemoteAddr:  c.RemoteAddr(),
-		Transport:   m.transport,
-		Device:      m.device,
-		QPN:         m.qpn,
-		Address:     m.addr,
-		PathMTU:     m.mtu,
-		PeerTimeout: time.Duration(m.peerTimeoutMs) * time.Millisecond,
-		PrivateData: m.priv,
+		RemoteAddr:   c.RemoteAddr(),
+		Transport:    m.transport,
+		Device:       m.device,
+		QPN:          m.qpn,
+		Address:      m.addr,
+		PathMTU:      m.mtu,
+		PeerTimeout:  time.Duration(m.peerTimeoutMs) * time.Millisecond,
+		PrivateData:  m.priv,
 	}
 	if m.transport != l.transport {
 		// The RejectError matches ErrTransportMismatch by its code.
