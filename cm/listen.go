@@ -67,7 +67,9 @@ type ListenOptions struct {
 	// rejected by Check or for a transport mismatch (matching ErrRejected,
 	// ErrTransportMismatch), dialers that aborted, garbage. Accept does
 	// not return such errors, so a misbehaving client cannot stop a server
-	// loop. It runs on a handshake goroutine.
+	// loop. It runs on a handshake goroutine, or on the accept loop for
+	// connections refused beyond MaxHandshakes or MaxHandshakesPerSource
+	// (which it should not hold up).
 	OnHandshakeError func(error)
 }
 
