@@ -392,15 +392,21 @@ func (l *Listener) handshake(raw net.Conn, src string, start time.Time) {
 		c = tls.Server(raw, l.tls)
 	}
 	conn, req, sent, err := l.runHandshake(raw, c, start)
-	l.mu.Lock()
-	delete(l.hs, raw)
-	if l.perSource[src]--; l.perSource[src] <= 0 {
-		delete(l.perSource, src)
+	// release frees the handshake's slot (under mu). A failed handshake
+	// keeps it until its goodbye (which may linger) is over, so that the
+	// goroutines and sockets of handshakes never exceed the limits.
+	release := func() {
+		delete(l.hs, raw)
+		if l.perSource[src]--; l.perSource[src] <= 0 {
+			delete(l.perSource, src)
+		}
 	}
+	l.mu.Lock()
 	if err == nil && l.closed {
 		err = ErrClosed
 	}
 	if err == nil {
+		release()
 		l.queue <- conn // never blocks: pending ≤ Backlog = cap(queue)
 		l.mu.Unlock()
 		return
@@ -424,6 +430,9 @@ func (l *Listener) handshake(raw net.Conn, src string, start time.Time) {
 		}
 		closeGracefully(c)
 	}
+	l.mu.Lock()
+	release()
+	l.mu.Unlock()
 	if l.opts.OnHandshakeError != nil {
 		l.opts.OnHandshakeError(&HandshakeError{Remote: c.RemoteAddr(), Request: req, Err: err})
 	}
