@@ -146,6 +146,37 @@ func TestSecretRefused(t *testing.T) {
 	}
 }
 
+// A dialer that takes the listener's challenge on trust and proves a
+// different secret is refused by the listener, which says why.
+func TestSecretWrongDialerProof(t *testing.T) {
+	dev := devices(t)[0]
+	leakCheck(t)
+	hs, report := handshakeErrors()
+	l := listen(t, ListenOptions{Options: Options{Device: dev, Secret: secretA}, OnHandshakeError: report})
+	c, err := net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	s := &session{secret: secretB, nD: newNonce()}
+	writeMsg(c, &msg{typ: msgAuthHello, version: protoVersion, nonce: s.nD})
+	ch, err := readMsg(c)
+	if err != nil || ch.typ != msgAuthChallenge {
+		t.Fatalf("challenge: %+v %v", ch, err)
+	}
+	s.nL = ch.nonce
+	p, _ := writeMsgRaw(c, &msg{typ: msgRequest, version: protoVersion, transport: "tcp", device: "tcp0", qpn: 1, mtu: verbs.MTU1024, peerTimeoutMs: 1000})
+	writeMsg(c, &msg{typ: msgProof, mac: s.mac(labelRequest, p)})
+	m, err := readMsg(c)
+	if err != nil || m.typ != msgReject || m.code != RejectAuth || !strings.Contains(m.reason, "dialer's proof") {
+		t.Errorf("reply to a wrong proof: %+v %v", m, err)
+	}
+	if err := nextErr(t, hs); !errors.Is(err, ErrAuth) || !strings.Contains(err.Error(), "dialer's proof of the shared secret does not verify") {
+		t.Errorf("listener: %v", err)
+	}
+}
+
 // recorder is a TCP proxy that records what the dialer sends.
 type recorder struct {
 	ln   net.Listener
