@@ -78,7 +78,8 @@ type Options struct {
 	// the host of Dial's address). TLS 1.2 at least. Both sides must use
 	// TLS or neither (ErrAuth). With Secret as well, the secret's proofs
 	// are bound to the TLS session (its exported keying material), so they
-	// cannot be relayed into another connection.
+	// cannot be relayed into another connection; a man in the middle then
+	// fails even against a dialer whose TLS skips verification.
 	//
 	// A listener's TLS authenticates dialers only with ClientAuth
 	// tls.RequireAndVerifyClientCert; a dialer's authenticates the
