@@ -157,13 +157,13 @@ func TestConnectSendRecvWrite(t *testing.T) {
 
 		var gotReq *Request
 		l := listen(t, ListenOptions{
-			Options: Options{Device: dev, PrivateData: []byte("hello from listener")},
+			Options: Options{Insecure: true, Device: dev, PrivateData: []byte("hello from listener")},
 			Check: func(r *Request) error {
 				gotReq = r
 				return nil
 			},
 		})
-		d, a := pair(t, l, Options{PD: pd, PrivateData: priv})
+		d, a := pair(t, l, Options{Insecure: true, PD: pd, PrivateData: priv})
 
 		if gotReq.Transport != vctx.Info().Transport || gotReq.Device != dev || !bytes.Equal(gotReq.PrivateData, priv) ||
 			gotReq.QPN != d.QP().Num() || !bytes.Equal(gotReq.Address, d.QP().Address()) {
@@ -258,25 +258,25 @@ func TestPrivateDataTooLong(t *testing.T) {
 	dev := devices(t)[0]
 	long := make([]byte, MaxPrivateData+1)
 	start := time.Now()
-	_, err := Dial(testCtx(t), "127.0.0.1:1", Options{Device: dev, PrivateData: long})
+	_, err := Dial(testCtx(t), "127.0.0.1:1", Options{Insecure: true, Device: dev, PrivateData: long})
 	if !errors.Is(err, ErrPrivateDataTooLong) || time.Since(start) > time.Second {
 		t.Errorf("Dial with %d bytes of private data: %v", len(long), err)
 	}
-	if _, err := Listen(testCtx(t), "127.0.0.1:0", ListenOptions{Options: Options{Device: dev, PrivateData: long}}); !errors.Is(err, ErrPrivateDataTooLong) {
+	if _, err := Listen(testCtx(t), "127.0.0.1:0", ListenOptions{Options: Options{Insecure: true, Device: dev, PrivateData: long}}); !errors.Is(err, ErrPrivateDataTooLong) {
 		t.Errorf("Listen with %d bytes of private data: %v", len(long), err)
 	}
 	// A Check that replies with too much rejects the dialer.
 	var hsErr error
 	var mu sync.Mutex
 	l := listen(t, ListenOptions{
-		Options: Options{Device: dev},
+		Options: Options{Insecure: true, Device: dev},
 		Check: func(r *Request) error {
 			r.ReplyPrivateData = long
 			return nil
 		},
 		OnHandshakeError: func(err error) { mu.Lock(); hsErr = err; mu.Unlock() },
 	})
-	_, err = Dial(testCtx(t), l.Addr().String(), Options{Device: dev})
+	_, err = Dial(testCtx(t), l.Addr().String(), Options{Insecure: true, Device: dev})
 	if !errors.Is(err, ErrRejected) || !strings.Contains(err.Error(), "private data") {
 		t.Errorf("Dial to a listener replying with %d bytes: %v", len(long), err)
 	}
@@ -293,7 +293,7 @@ func TestReject(t *testing.T) {
 		errNotListed := errors.New("not on the guest list")
 		hs := make(chan error, 10)
 		l := listen(t, ListenOptions{
-			Options: Options{Device: dev},
+			Options: Options{Insecure: true, Device: dev},
 			Check: func(r *Request) error {
 				if string(r.PrivateData) == "long" {
 					return errors.New(strings.Repeat("x", 500))
@@ -305,7 +305,7 @@ func TestReject(t *testing.T) {
 			},
 			OnHandshakeError: func(err error) { hs <- err },
 		})
-		_, err := Dial(testCtx(t), l.Addr().String(), Options{Device: dev, PrivateData: []byte("guess")})
+		_, err := Dial(testCtx(t), l.Addr().String(), Options{Insecure: true, Device: dev, PrivateData: []byte("guess")})
 		var rej *RejectError
 		if !errors.Is(err, ErrRejected) || !errors.As(err, &rej) || rej.Code != RejectApplication ||
 			rej.Reason != "not on the guest list: guess" || !strings.Contains(err.Error(), "not on the guest list") {
@@ -317,13 +317,13 @@ func TestReject(t *testing.T) {
 		if got := <-hs; !errors.Is(got, errNotListed) || !errors.Is(got, ErrRejected) {
 			t.Errorf("listener reported %v", got)
 		}
-		_, err = Dial(testCtx(t), l.Addr().String(), Options{Device: dev, PrivateData: []byte("long")})
+		_, err = Dial(testCtx(t), l.Addr().String(), Options{Insecure: true, Device: dev, PrivateData: []byte("long")})
 		if !errors.As(err, &rej) || rej.Reason != strings.Repeat("x", MaxRejectReason) {
 			t.Errorf("long reason arrived as %v", err)
 		}
 		<-hs
 		// The listener still accepts after rejecting.
-		d, a := pair(t, l, Options{Device: dev, PrivateData: []byte("password")})
+		d, a := pair(t, l, Options{Insecure: true, Device: dev, PrivateData: []byte("password")})
 		d.Close()
 		a.Close()
 	})
@@ -335,8 +335,8 @@ func TestTransportMismatch(t *testing.T) {
 	}
 	leakCheck(t)
 	hs := make(chan error, 1)
-	l := listen(t, ListenOptions{Options: Options{Device: "tcp0"}, OnHandshakeError: func(err error) { hs <- err }})
-	_, err := Dial(testCtx(t), l.Addr().String(), Options{Device: "shm0"})
+	l := listen(t, ListenOptions{Options: Options{Insecure: true, Device: "tcp0"}, OnHandshakeError: func(err error) { hs <- err }})
+	_, err := Dial(testCtx(t), l.Addr().String(), Options{Insecure: true, Device: "shm0"})
 	if !errors.Is(err, ErrRejected) || !errors.Is(err, ErrTransportMismatch) || !strings.Contains(err.Error(), `"shm"`) {
 		t.Errorf("dialer: %v", err)
 	}
@@ -357,17 +357,17 @@ func TestDialNothingListening(t *testing.T) {
 	addr := ln.Addr().String()
 	ln.Close()
 	start := time.Now()
-	_, err = Dial(testCtx(t), addr, Options{Device: dev})
+	_, err = Dial(testCtx(t), addr, Options{Insecure: true, Device: dev})
 	if !errors.Is(err, syscall.ECONNREFUSED) || !strings.Contains(err.Error(), addr) {
 		t.Errorf("Dial with nothing listening: %v", err)
 	}
 	if d := time.Since(start); d > time.Second {
 		t.Errorf("Dial took %v to fail", d)
 	}
-	if _, err := Dial(testCtx(t), addr, Options{Device: "nosuch0"}); err == nil {
+	if _, err := Dial(testCtx(t), addr, Options{Insecure: true, Device: "nosuch0"}); err == nil {
 		t.Error("Dial with an unknown device succeeded")
 	}
-	if _, err := Listen(testCtx(t), "127.0.0.1:0", ListenOptions{Options: Options{Device: "nosuch0"}}); !errors.Is(err, verbs.ErrNoDevice) {
+	if _, err := Listen(testCtx(t), "127.0.0.1:0", ListenOptions{Options: Options{Insecure: true, Device: "nosuch0"}}); !errors.Is(err, verbs.ErrNoDevice) {
 		t.Errorf("Listen on an unknown device: %v", err)
 	}
 }
@@ -375,7 +375,7 @@ func TestDialNothingListening(t *testing.T) {
 func TestAcceptCancel(t *testing.T) {
 	dev := devices(t)[0]
 	leakCheck(t)
-	l := listen(t, ListenOptions{Options: Options{Device: dev}})
+	l := listen(t, ListenOptions{Options: Options{Insecure: true, Device: dev}})
 
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
@@ -402,14 +402,14 @@ func TestDialCancel(t *testing.T) {
 	release := make(chan struct{})
 	hs := make(chan error, 1)
 	l := listen(t, ListenOptions{
-		Options:          Options{Device: dev},
+		Options:          Options{Insecure: true, Device: dev},
 		Check:            func(*Request) error { <-release; return nil },
 		OnHandshakeError: func(err error) { hs <- err },
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(100*time.Millisecond, cancel)
 	start := time.Now()
-	_, err := Dial(ctx, l.Addr().String(), Options{Device: dev})
+	_, err := Dial(ctx, l.Addr().String(), Options{Insecure: true, Device: dev})
 	if !errors.Is(err, context.Canceled) || time.Since(start) > 2*time.Second {
 		t.Errorf("cancelled Dial: %v after %v", err, time.Since(start))
 	}
@@ -443,7 +443,7 @@ func TestDialCancel(t *testing.T) {
 		}
 	}()
 	start = time.Now()
-	_, err = Dial(context.Background(), ln.Addr().String(), Options{Device: dev, HandshakeTimeout: 100 * time.Millisecond})
+	_, err = Dial(context.Background(), ln.Addr().String(), Options{Insecure: true, Device: dev, HandshakeTimeout: 100 * time.Millisecond})
 	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "handshake timeout") || time.Since(start) > 2*time.Second {
 		t.Errorf("Dial to a silent server: %v after %v", err, time.Since(start))
 	}
@@ -500,8 +500,8 @@ func waitDone(t *testing.T, c *Conn, within time.Duration) time.Duration {
 
 func TestPeerLostAbrupt(t *testing.T) {
 	forEachDevice(t, func(t *testing.T, dev string) {
-		l := listen(t, ListenOptions{Options: Options{Device: dev, PeerTimeout: 2 * time.Second}})
-		d, a := pair(t, l, Options{Device: dev, PeerTimeout: 2 * time.Second})
+		l := listen(t, ListenOptions{Options: Options{Insecure: true, Device: dev, PeerTimeout: 2 * time.Second}})
+		d, a := pair(t, l, Options{Insecure: true, Device: dev, PeerTimeout: 2 * time.Second})
 		outstanding(t, d)
 		// Reset the acceptor's control connection behind cm's back.
 		a.ctl.(*net.TCPConn).SetLinger(0)
@@ -521,8 +521,8 @@ func TestPeerLostAbrupt(t *testing.T) {
 func TestPeerLostHeartbeat(t *testing.T) {
 	forEachDevice(t, func(t *testing.T, dev string) {
 		const pt = 400 * time.Millisecond
-		l := listen(t, ListenOptions{Options: Options{Device: dev, PeerTimeout: pt}})
-		d, a := pair(t, l, Options{Device: dev, PeerTimeout: pt})
+		l := listen(t, ListenOptions{Options: Options{Insecure: true, Device: dev, PeerTimeout: pt}})
+		d, a := pair(t, l, Options{Insecure: true, Device: dev, PeerTimeout: pt})
 		outstanding(t, d)
 		time.Sleep(2 * pt) // heartbeats keep it up
 		if d.Err() != nil || a.Err() != nil {
@@ -539,8 +539,8 @@ func TestPeerLostHeartbeat(t *testing.T) {
 
 func TestCloseAndDisconnect(t *testing.T) {
 	forEachDevice(t, func(t *testing.T, dev string) {
-		l := listen(t, ListenOptions{Options: Options{Device: dev}})
-		d, a := pair(t, l, Options{Device: dev})
+		l := listen(t, ListenOptions{Options: Options{Insecure: true, Device: dev}})
+		d, a := pair(t, l, Options{Insecure: true, Device: dev})
 		outstanding(t, a)
 		if err := d.Close(); err != nil {
 			t.Fatal(err)
@@ -555,7 +555,7 @@ func TestCloseAndDisconnect(t *testing.T) {
 		}
 
 		// Disconnect keeps the objects so flushes can be polled.
-		d, a = pair(t, l, Options{Device: dev})
+		d, a = pair(t, l, Options{Insecure: true, Device: dev})
 		outstanding(t, d)
 		if err := d.Disconnect(); err != nil {
 			t.Fatal(err)
@@ -576,11 +576,11 @@ func TestCloseAndDisconnect(t *testing.T) {
 func TestListenerCloseDropsQueued(t *testing.T) {
 	dev := devices(t)[0]
 	leakCheck(t)
-	l, err := Listen(testCtx(t), "127.0.0.1:0", ListenOptions{Options: Options{Device: dev}})
+	l, err := Listen(testCtx(t), "127.0.0.1:0", ListenOptions{Options: Options{Insecure: true, Device: dev}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := Dial(testCtx(t), l.Addr().String(), Options{Device: dev})
+	d, err := Dial(testCtx(t), l.Addr().String(), Options{Insecure: true, Device: dev})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -596,7 +596,7 @@ func TestGarbage(t *testing.T) {
 	dev := devices(t)[0]
 	leakCheck(t)
 	hs := make(chan error, 10)
-	l := listen(t, ListenOptions{Options: Options{Device: dev}, OnHandshakeError: func(err error) { hs <- err }})
+	l := listen(t, ListenOptions{Options: Options{Insecure: true, Device: dev}, OnHandshakeError: func(err error) { hs <- err }})
 	for _, junk := range [][]byte{
 		[]byte("GET / HTTP/1.0\r\n\r\n"),
 		{0, 0, 0, 4, msgRequest, 1, 2, 3, 4},
@@ -616,7 +616,7 @@ func TestGarbage(t *testing.T) {
 			t.Errorf("listener reported %v", err)
 		}
 	}
-	d, a := pair(t, l, Options{Device: dev})
+	d, a := pair(t, l, Options{Insecure: true, Device: dev})
 	d.Close()
 	a.Close()
 }
@@ -630,7 +630,7 @@ func init() { reexec.Register("cm-listener", helperProcess) }
 
 func helperProcess(args []string) int {
 	dev := args[0]
-	l, err := Listen(context.Background(), "127.0.0.1:0", ListenOptions{Options: Options{Device: dev, PeerTimeout: 10 * time.Second}})
+	l, err := Listen(context.Background(), "127.0.0.1:0", ListenOptions{Options: Options{Insecure: true, Device: dev, PeerTimeout: 10 * time.Second}})
 	if err != nil {
 		fmt.Println("error", err)
 		os.Exit(1)
@@ -664,7 +664,7 @@ func TestPeerProcessKilled(t *testing.T) {
 		}
 		addr := lines.Text()
 		const pt = 3 * time.Second
-		d, err := Dial(testCtx(t), addr, Options{Device: dev, PeerTimeout: pt})
+		d, err := Dial(testCtx(t), addr, Options{Insecure: true, Device: dev, PeerTimeout: pt})
 		if err != nil {
 			t.Fatalf("dial %q: %v", addr, err)
 		}
@@ -692,9 +692,9 @@ func TestSharedResources(t *testing.T) {
 		pd, _ := vctx.AllocPD()
 		scq, _ := vctx.CreateCQ(64)
 		rcq, _ := vctx.CreateCQ(64)
-		l := listen(t, ListenOptions{Options: Options{PD: pd, SendCQ: scq, RecvCQ: rcq, Cap: verbs.QPCap{MaxSendWR: 8, MaxRecvWR: 8}}})
-		d1, a1 := pair(t, l, Options{Device: dev})
-		d2, a2 := pair(t, l, Options{Device: dev})
+		l := listen(t, ListenOptions{Options: Options{Insecure: true, PD: pd, SendCQ: scq, RecvCQ: rcq, Cap: verbs.QPCap{MaxSendWR: 8, MaxRecvWR: 8}}})
+		d1, a1 := pair(t, l, Options{Insecure: true, Device: dev})
+		d2, a2 := pair(t, l, Options{Insecure: true, Device: dev})
 		if a1.PD() != pd || a2.PD() != pd || a1.RecvCQ() != rcq || a2.SendCQ() != scq || a1.Context() != vctx {
 			t.Fatal("accepted connections do not use the listener's PD and CQs")
 		}
@@ -745,7 +745,7 @@ func TestListenerCloseDuringHandshake(t *testing.T) {
 	entered := make(chan struct{})
 	release := make(chan struct{})
 	l, err := Listen(testCtx(t), "127.0.0.1:0", ListenOptions{
-		Options: Options{Device: dev},
+		Options: Options{Insecure: true, Device: dev},
 		Check:   func(*Request) error { close(entered); <-release; return nil },
 	})
 	if err != nil {
@@ -753,7 +753,7 @@ func TestListenerCloseDuringHandshake(t *testing.T) {
 	}
 	dialed := make(chan error, 1)
 	go func() {
-		_, err := Dial(testCtx(t), l.Addr().String(), Options{Device: dev})
+		_, err := Dial(testCtx(t), l.Addr().String(), Options{Insecure: true, Device: dev})
 		dialed <- err
 	}()
 	<-entered
@@ -775,7 +775,7 @@ func TestListenerRefusesHugeFrame(t *testing.T) {
 	dev := devices(t)[0]
 	leakCheck(t)
 	hs := make(chan error, 1)
-	l := listen(t, ListenOptions{Options: Options{Device: dev}, OnHandshakeError: func(err error) { hs <- err }})
+	l := listen(t, ListenOptions{Options: Options{Insecure: true, Device: dev}, OnHandshakeError: func(err error) { hs <- err }})
 	c, err := net.Dial("tcp", l.Addr().String())
 	if err != nil {
 		t.Fatal(err)

@@ -19,6 +19,7 @@ package cm
 // connection when it exits.
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -271,4 +272,15 @@ func (c *Conn) Close() error {
 	c.mu.Unlock()
 	c.wg.Wait()
 	return c.res.close()
+}
+
+// TLS returns the control connection's TLS state (the peer's verified
+// certificates), or nil when it does not use TLS.
+func (c *Conn) TLS() *tls.ConnectionState {
+	tc, ok := c.ctl.(*tls.Conn)
+	if !ok {
+		return nil
+	}
+	st := tc.ConnectionState()
+	return &st
 }

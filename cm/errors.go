@@ -33,6 +33,16 @@ var (
 	ErrListenerClosed = errors.New("listener closed")
 	// ErrProtocol: the peer sent something that is not this protocol.
 	ErrProtocol = errors.New("cm: protocol error")
+	// ErrAuth: authentication failed: the peer did not prove the shared
+	// secret (wrong secret, replayed or relayed proof), one side requires
+	// a credential the other does not offer, or the TLS handshake failed
+	// (certificate not trusted, no client certificate under mutual TLS,
+	// one side not speaking TLS). A reject with RejectAuth matches it.
+	ErrAuth = errors.New("cm: authentication failed")
+	// ErrNoCredential: Listen or Dial was given neither a credential
+	// (Options.Secret, or Options.TLS that authenticates the peer) nor
+	// Options.Insecure.
+	ErrNoCredential = errors.New("cm: no credential configured (set Options.Secret or Options.TLS, or Options.Insecure to connect unauthenticated)")
 )
 
 // RejectCode says why a connection was rejected.
@@ -52,6 +62,9 @@ const (
 	RejectBusy RejectCode = 5
 	// RejectInvalid: invalid parameters (private data length and the like).
 	RejectInvalid RejectCode = 6
+	// RejectAuth: authentication failed or the two sides disagree on it
+	// (one requires a shared secret or TLS the other does not use).
+	RejectAuth RejectCode = 7
 )
 
 func (c RejectCode) String() string {
@@ -68,14 +81,17 @@ func (c RejectCode) String() string {
 		return "busy"
 	case RejectInvalid:
 		return "invalid"
+	case RejectAuth:
+		return "authentication"
 	}
 	return fmt.Sprintf("code %d", uint8(c))
 }
 
 // RejectError is what Dial returns when the listener rejects the request,
 // and what a Listener reports (through ListenOptions.OnHandshakeError) when
-// the dialer aborts after the listener's reply. It matches ErrRejected, and
-// ErrTransportMismatch when Code is RejectTransport.
+// the dialer aborts after the listener's reply. It matches ErrRejected,
+// ErrTransportMismatch when Code is RejectTransport and ErrAuth when Code
+// is RejectAuth.
 type RejectError struct {
 	Code RejectCode
 	// Reason is the rejecting side's explanation (at most MaxRejectReason
@@ -96,9 +112,12 @@ func (e *RejectError) Error() string {
 	return fmt.Sprintf("connection %s (%s): %s", who, e.Code, e.Reason)
 }
 
-// Is matches ErrRejected, and ErrTransportMismatch for RejectTransport.
+// Is matches ErrRejected, ErrTransportMismatch for RejectTransport and
+// ErrAuth for RejectAuth.
 func (e *RejectError) Is(target error) bool {
-	return target == ErrRejected || (target == ErrTransportMismatch && e.Code == RejectTransport)
+	return target == ErrRejected ||
+		(target == ErrTransportMismatch && e.Code == RejectTransport) ||
+		(target == ErrAuth && e.Code == RejectAuth)
 }
 
 // Unwrap returns the local cause, if any.

@@ -20,9 +20,13 @@ func Example() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 
+	// Both sides prove they hold this secret (in a real program: random
+	// bytes from a file or a secret store, not a literal).
+	secret := []byte("an example secret of 32 bytes...")
+
 	l, err := cm.Listen(ctx, "127.0.0.1:0", cm.ListenOptions{
-		// Zero options: device tcp0, default QP caps, CQs, timeouts.
-		Options: cm.Options{PrivateData: []byte("welcome")},
+		// Other options zero: device tcp0, default QP caps, CQs, timeouts.
+		Options: cm.Options{Secret: secret, PrivateData: []byte("welcome")},
 		Check: func(r *cm.Request) error {
 			if string(r.PrivateData) != "hello" {
 				return fmt.Errorf("unknown client")
@@ -44,7 +48,7 @@ func Example() {
 		accepted <- c
 	}()
 
-	d, err := cm.Dial(ctx, l.Addr().String(), cm.Options{PrivateData: []byte("hello")})
+	d, err := cm.Dial(ctx, l.Addr().String(), cm.Options{Secret: secret, PrivateData: []byte("hello")})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -9,10 +9,13 @@ package cm
 // runs on the application's goroutines and only takes Conns off the queue.
 // Close stops the accept loop, aborts handshakes in progress by closing
 // their connections, waits for all of these goroutines, then closes the
-// Conns nobody accepted.
+// Conns nobody accepted. A connection beyond MaxHandshakes (or
+// MaxHandshakesPerSource) is refused by the accept loop itself, without a
+// goroutine.
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -39,12 +42,34 @@ type ListenOptions struct {
 	// Backlog bounds connections being handshaken or waiting for Accept
 	// (default DefaultBacklog); requests beyond it are rejected (RejectBusy).
 	Backlog int
+	// Sharing says what connections share when Options.PD is nil (default
+	// ShareContext: one verbs context opened at Listen, a PD per
+	// connection).
+	Sharing ContextSharing
+	// MaxHandshakes bounds the handshakes in progress (default
+	// DefaultMaxHandshakes); each holds a goroutine and a socket until it
+	// ends, at the latest after HandshakeTimeout. A connection beyond the
+	// bound is refused at once by the accept loop (a RejectBusy reply
+	// where no TLS is in use, then close).
+	MaxHandshakes int
+	// MaxHandshakesPerSource bounds the handshakes in progress from one IP
+	// address (default DefaultMaxHandshakesPerSource), so that one host
+	// cannot take all MaxHandshakes.
+	MaxHandshakesPerSource int
+	// RequestTimeout bounds the first part of a handshake, before any
+	// verbs object exists for it: the TLS handshake, the shared-secret
+	// exchange and the request (default DefaultRequestTimeout, at most
+	// HandshakeTimeout). A dialer that connects and then stalls holds its
+	// slot for this long.
+	RequestTimeout time.Duration
 	// OnHandshakeError, if set, is told about every connection attempt
 	// that did not end in the Accept queue, as a *HandshakeError: requests
 	// rejected by Check or for a transport mismatch (matching ErrRejected,
 	// ErrTransportMismatch), dialers that aborted, garbage. Accept does
 	// not return such errors, so a misbehaving client cannot stop a server
-	// loop. It runs on a handshake goroutine.
+	// loop. It runs on a handshake goroutine, or on the accept loop for
+	// connections refused beyond MaxHandshakes or MaxHandshakesPerSource
+	// (which it should not hold up).
 	OnHandshakeError func(error)
 }
 
@@ -67,6 +92,11 @@ type Request struct {
 	// ReplyPrivateData, if Check sets it, is sent with the accept instead
 	// of ListenOptions.PrivateData (at most MaxPrivateData bytes).
 	ReplyPrivateData []byte
+	// TLS is the control connection's TLS state (the dialer's verified
+	// certificate chains under mutual TLS), nil without TLS.
+	TLS *tls.ConnectionState
+	// SecretProved is true when the dialer proved Options.Secret.
+	SecretProved bool
 }
 
 // Listener accepts cm connections on a TCP address.
@@ -79,35 +109,63 @@ type Listener struct {
 	closing   chan struct{}
 	dead      chan struct{} // closed when the accept loop fails
 	deadErr   error         // written before dead is closed
-	pending   atomic.Int64  // handshakes in progress plus queued Conns
+	pending   atomic.Int64  // handshakes past the request plus queued Conns
 	wg        sync.WaitGroup
+	tls       *tls.Config // nil without TLS
+	shared    *sharedCtx  // nil with Options.PD or ContextPerConnection
 
-	// mu guards hs and closed.
-	mu     sync.Mutex
-	hs     map[net.Conn]struct{} // handshakes in progress
-	closed bool
+	// mu guards hs, perSource and closed.
+	mu        sync.Mutex
+	hs        map[net.Conn]struct{} // handshakes in progress
+	perSource map[string]int        // handshakes in progress by source IP
+	closed    bool
 }
 
 // Listen listens for cm connections on the TCP address addr ("host:port";
 // port 0 picks one, see Addr). ctx bounds the listen call only. The device
-// (opts.Device, or opts.PD's) must exist.
-func Listen(ctx context.Context, addr string, opts ListenOptions) (*Listener, error) {
+// (opts.Device, or opts.PD's) must exist; unless opts.PD is set or
+// opts.Sharing is ContextPerConnection, Listen opens its context. opts
+// must name a credential (Secret, or TLS with client certificates
+// required) or say Insecure, else Listen fails with ErrNoCredential.
+func Listen(ctx context.Context, addr string, opts ListenOptions) (l *Listener, err error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
-	if opts.Backlog < 0 {
-		return nil, fmt.Errorf("cm: %w: negative Backlog", verbs.ErrInvalidArgument)
+	if err := opts.checkCredentials(true); err != nil {
+		return nil, err
+	}
+	if opts.Backlog < 0 || opts.MaxHandshakes < 0 || opts.MaxHandshakesPerSource < 0 || opts.RequestTimeout < 0 {
+		return nil, fmt.Errorf("cm: %w: negative Backlog, MaxHandshakes, MaxHandshakesPerSource or RequestTimeout", verbs.ErrInvalidArgument)
+	}
+	if opts.Sharing > ContextPerConnection {
+		return nil, fmt.Errorf("cm: %w: %v", verbs.ErrInvalidArgument, opts.Sharing)
 	}
 	if opts.Backlog == 0 {
 		opts.Backlog = DefaultBacklog
 	}
+	if opts.MaxHandshakes == 0 {
+		opts.MaxHandshakes = DefaultMaxHandshakes
+	}
+	if opts.MaxHandshakesPerSource == 0 {
+		opts.MaxHandshakesPerSource = DefaultMaxHandshakesPerSource
+	}
+	if opts.RequestTimeout == 0 {
+		opts.RequestTimeout = DefaultRequestTimeout
+	}
+	opts.RequestTimeout = min(opts.RequestTimeout, opts.handshakeTimeout())
 	opts.PrivateData = append([]byte(nil), opts.PrivateData...)
-	l := &Listener{
-		opts:    opts,
-		queue:   make(chan *Conn, opts.Backlog),
-		closing: make(chan struct{}),
-		dead:    make(chan struct{}),
-		hs:      map[net.Conn]struct{}{},
+	opts.Secret = append([]byte(nil), opts.Secret...)
+	if len(opts.Secret) == 0 {
+		opts.Secret = nil
+	}
+	l = &Listener{
+		opts:      opts,
+		queue:     make(chan *Conn, opts.Backlog),
+		closing:   make(chan struct{}),
+		dead:      make(chan struct{}),
+		hs:        map[net.Conn]struct{}{},
+		perSource: map[string]int{},
+		tls:       opts.tlsConfig(""),
 	}
 	if opts.PD != nil {
 		info := opts.PD.Context().Info()
@@ -130,6 +188,16 @@ func Listen(ctx context.Context, addr string, opts ListenOptions) (*Listener, er
 			}
 			return nil, fmt.Errorf("cm: listen: %w %q (devices: %v; import a transport such as rdmakit/transport/tcp)", verbs.ErrNoDevice, l.device, names)
 		}
+		if opts.Sharing != ContextPerConnection {
+			if l.shared, err = openShared(l.device, opts.Sharing == SharePD); err != nil {
+				return nil, fmt.Errorf("cm: listen: %w", err)
+			}
+			defer func() {
+				if err != nil {
+					l.shared.release()
+				}
+			}()
+		}
 	}
 	var lc net.ListenConfig
 	ln, err := lc.Listen(ctx, "tcp", addr)
@@ -144,6 +212,20 @@ func Listen(ctx context.Context, addr string, opts ListenOptions) (*Listener, er
 
 // Addr returns the listening address.
 func (l *Listener) Addr() net.Addr { return l.ln.Addr() }
+
+// PD returns the protection domain every connection is built in:
+// Options.PD, or with SharePD the one the Listener allocated; nil when
+// each connection has its own. A PD the Listener allocated stays usable
+// until the Listener and all its connections have closed.
+func (l *Listener) PD() *verbs.PD {
+	if l.opts.PD != nil {
+		return l.opts.PD
+	}
+	if l.shared != nil {
+		return l.shared.pd
+	}
+	return nil
+}
 
 // Accept waits for the next established connection. It returns ctx's error
 // if ctx ends first, and an error matching ErrClosed once the Listener is
@@ -196,10 +278,16 @@ func (l *Listener) Close() error {
 		select {
 		case c := <-l.queue:
 			c.Close()
+			continue
 		default:
-			return err
 		}
+		break
 	}
+	if l.shared != nil {
+		// Accepted connections keep the context open until they close.
+		err = errors.Join(err, l.shared.release())
+	}
+	return err
 }
 
 func (l *Listener) acceptLoop() {
@@ -228,18 +316,64 @@ func (l *Listener) acceptLoop() {
 			return
 		}
 		backoff = 0
+		src := sourceOf(c.RemoteAddr())
 		l.mu.Lock()
 		if l.closed {
 			l.mu.Unlock()
 			c.Close()
 			return
 		}
+		if len(l.hs) >= l.opts.MaxHandshakes || l.perSource[src] >= l.opts.MaxHandshakesPerSource {
+			n, ns := len(l.hs), l.perSource[src]
+			l.mu.Unlock()
+			l.refuse(c, n, ns)
+			continue
+		}
 		// Set here, under mu, so that Close's expired deadline wins.
-		c.SetDeadline(time.Now().Add(l.opts.handshakeTimeout()))
+		start := time.Now()
+		c.SetDeadline(start.Add(l.opts.RequestTimeout))
 		l.hs[c] = struct{}{}
+		l.perSource[src]++
 		l.wg.Add(1)
 		l.mu.Unlock()
-		go l.handshake(c)
+		go l.handshake(c, src, start)
+	}
+}
+
+// sourceOf is the key of a dialer's address for MaxHandshakesPerSource:
+// its IP.
+func sourceOf(a net.Addr) string {
+	if ta, ok := a.(*net.TCPAddr); ok {
+		return ta.IP.String()
+	}
+	return a.String()
+}
+
+// refuse turns away a connection beyond the handshake limits, on the
+// accept loop: a reject where the reply cannot block (an empty socket
+// buffer; never under TLS, where the dialer expects a TLS handshake),
+// then close.
+func (l *Listener) refuse(c net.Conn, n, fromSource int) {
+	cause := fmt.Errorf("listener busy: %d handshakes in progress (MaxHandshakes %d), %d from this source (MaxHandshakesPerSource %d)",
+		n, l.opts.MaxHandshakes, fromSource, l.opts.MaxHandshakesPerSource)
+	if l.tls == nil {
+		c.SetWriteDeadline(time.Now().Add(10 * time.Millisecond))
+		writeMsg(c, &msg{typ: msgReject, code: RejectBusy, reason: cause.Error()})
+	}
+	remote := c.RemoteAddr()
+	c.Close()
+	if l.opts.OnHandshakeError != nil {
+		l.opts.OnHandshakeError(&HandshakeError{Remote: remote, Err: &RejectError{Code: RejectBusy, Reason: truncateReason(cause.Error()), Err: cause}})
+	}
+}
+
+// extendDeadline moves a handshake's deadline to t once its request is
+// in, unless Close has expired it.
+func (l *Listener) extendDeadline(c net.Conn, t time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.closed {
+		c.SetDeadline(t)
 	}
 }
 
@@ -251,15 +385,28 @@ const (
 )
 
 // handshake runs the listener side of one connection attempt.
-func (l *Listener) handshake(c net.Conn) {
+func (l *Listener) handshake(raw net.Conn, src string, start time.Time) {
 	defer l.wg.Done()
-	conn, req, sent, err := l.runHandshake(c)
+	c := raw
+	if l.tls != nil {
+		c = tls.Server(raw, l.tls)
+	}
+	conn, req, sent, err := l.runHandshake(raw, c, start)
+	// release frees the handshake's slot (under mu). A failed handshake
+	// keeps it until its goodbye (which may linger) is over, so that the
+	// goroutines and sockets of handshakes never exceed the limits.
+	release := func() {
+		delete(l.hs, raw)
+		if l.perSource[src]--; l.perSource[src] <= 0 {
+			delete(l.perSource, src)
+		}
+	}
 	l.mu.Lock()
-	delete(l.hs, c)
 	if err == nil && l.closed {
 		err = ErrClosed
 	}
 	if err == nil {
+		release()
 		l.queue <- conn // never blocks: pending ≤ Backlog = cap(queue)
 		l.mu.Unlock()
 		return
@@ -283,6 +430,9 @@ func (l *Listener) handshake(c net.Conn) {
 		}
 		closeGracefully(c)
 	}
+	l.mu.Lock()
+	release()
+	l.mu.Unlock()
 	if l.opts.OnHandshakeError != nil {
 		l.opts.OnHandshakeError(&HandshakeError{Remote: c.RemoteAddr(), Request: req, Err: err})
 	}
@@ -299,16 +449,34 @@ func closeGracefully(c net.Conn) {
 	c.Close()
 }
 
-// runHandshake reads the request, checks it, connects a QP and waits for
-// the dialer's ready. On success the Conn is started and counted in
-// pending. sent says what the dialer was sent.
-func (l *Listener) runHandshake(c net.Conn) (conn *Conn, req *Request, sent int, err error) {
+// runHandshake runs TLS (c is raw or a TLS server over it) and the
+// shared-secret exchange, reads the request, checks it, connects a QP and
+// waits for the dialer's ready. On success the Conn is started and
+// counted in pending. sent says what the dialer was sent.
+func (l *Listener) runHandshake(raw, c net.Conn, start time.Time) (conn *Conn, req *Request, sent int, err error) {
 	o := l.opts.Options
 	reject := func(code RejectCode, cause error) (*Conn, *Request, int, error) {
 		e := &RejectError{Code: code, Reason: truncateReason(cause.Error()), Err: cause}
 		c.SetWriteDeadline(time.Now().Add(lingerMax)) // even if Close expired it
 		writeMsg(c, &msg{typ: msgReject, code: code, reason: e.Reason})
 		return nil, req, sentReject, e
+	}
+
+	var tlsState *tls.ConnectionState
+	if tc, ok := c.(*tls.Conn); ok {
+		if err := tc.Handshake(); err != nil {
+			var rec tls.RecordHeaderError
+			if errors.As(err, &rec) && rec.Conn != nil {
+				// A dialer without TLS: tell it so in plain text.
+				cause := fmt.Errorf("%w: this listener requires TLS", ErrAuth)
+				raw.SetWriteDeadline(time.Now().Add(lingerMax))
+				writeMsg(raw, &msg{typ: msgReject, code: RejectAuth, reason: cause.Error()})
+				return nil, nil, sentReject, &RejectError{Code: RejectAuth, Reason: cause.Error(), Err: cause}
+			}
+			return nil, nil, sentNothing, fmt.Errorf("TLS handshake: %w", tlsError(err, true))
+		}
+		st := tc.ConnectionState()
+		tlsState = &st
 	}
 
 	m, err := readMsg(c)
@@ -318,18 +486,44 @@ func (l *Listener) runHandshake(c net.Conn) (conn *Conn, req *Request, sent int,
 		}
 		return nil, nil, sentNothing, fmt.Errorf("reading request: %w", err)
 	}
+	secret := l.opts.Secret
+	var sess *session
+	switch {
+	case m.typ == msgAuthHello && secret == nil:
+		return reject(RejectAuth, fmt.Errorf("%w: the dialer offers a shared secret; this listener has none", ErrAuth))
+	case m.typ == msgRequest && secret != nil:
+		return reject(RejectAuth, fmt.Errorf("%w: this listener requires a shared secret; the dialer has none", ErrAuth))
+	case m.typ == msgAuthHello:
+		if sess, m, err = l.authenticate(c, m.nonce); err != nil {
+			var rej *RejectError
+			switch {
+			case errors.As(err, &rej) && rej.ByPeer:
+				return nil, nil, sentReject, err // the dialer refused our proof
+			case errors.Is(err, ErrAuth), errors.Is(err, ErrProtocol):
+				code := RejectAuth
+				if !errors.Is(err, ErrAuth) {
+					code = RejectProtocol
+				}
+				return reject(code, err)
+			}
+			return nil, nil, sentNothing, fmt.Errorf("authenticating: %w", err)
+		}
+	}
 	if m.typ != msgRequest {
 		return reject(RejectProtocol, fmt.Errorf("%w: expected a request, got message type %d", ErrProtocol, m.typ))
 	}
+	l.extendDeadline(raw, start.Add(o.handshakeTimeout()))
 	req = &Request{
-		RemoteAddr:  c.RemoteAddr(),
-		Transport:   m.transport,
-		Device:      m.device,
-		QPN:         m.qpn,
-		Address:     m.addr,
-		PathMTU:     m.mtu,
-		PeerTimeout: time.Duration(m.peerTimeoutMs) * time.Millisecond,
-		PrivateData: m.priv,
+		TLS:          tlsState,
+		SecretProved: secret != nil,
+		RemoteAddr:   c.RemoteAddr(),
+		Transport:    m.transport,
+		Device:       m.device,
+		QPN:          m.qpn,
+		Address:      m.addr,
+		PathMTU:      m.mtu,
+		PeerTimeout:  time.Duration(m.peerTimeoutMs) * time.Millisecond,
+		PrivateData:  m.priv,
 	}
 	if m.transport != l.transport {
 		// The RejectError matches ErrTransportMismatch by its code.
@@ -363,7 +557,7 @@ func (l *Listener) runHandshake(c net.Conn) (conn *Conn, req *Request, sent int,
 		o.PrivateData = append([]byte(nil), req.ReplyPrivateData...)
 	}
 
-	res, err := newResources(&o)
+	res, err := newResources(&o, l.shared)
 	if err != nil {
 		return reject(RejectResources, fmt.Errorf("listener: %w", err))
 	}
@@ -378,7 +572,7 @@ func (l *Listener) runHandshake(c net.Conn) (conn *Conn, req *Request, sent int,
 		return reject(RejectResources, fmt.Errorf("listener: %w", err))
 	}
 	psn := verbs.RandomPSN()
-	err = writeMsg(c, &msg{
+	accept, err := writeMsgRaw(c, &msg{
 		typ:           msgAccept,
 		qpn:           res.qp.Num(),
 		psn:           psn,
@@ -387,6 +581,9 @@ func (l *Listener) runHandshake(c net.Conn) (conn *Conn, req *Request, sent int,
 		addr:          res.qp.Address(),
 		priv:          o.PrivateData,
 	})
+	if err == nil && sess != nil {
+		err = writeMsg(c, &msg{typ: msgProof, mac: sess.mac(labelAccept, accept)})
+	}
 	if err != nil {
 		return nil, req, sentNothing, fmt.Errorf("sending accept: %w", err)
 	}
@@ -409,4 +606,42 @@ func (l *Listener) runHandshake(c net.Conn) (conn *Conn, req *Request, sent int,
 	conn = newConn(res, c, &o, m)
 	conn.start()
 	return conn, req, sentAccept, nil
+}
+
+// authenticate runs the listener's side of the shared-secret exchange
+// after the dialer's hello (with nonce nD): it sends the challenge with
+// its own proof, then reads the request and the dialer's proof over it.
+// A proof that does not verify is an ErrAuth error; a reject from the
+// dialer (which did not accept this side's proof) a *RejectError.
+func (l *Listener) authenticate(c net.Conn, nD []byte) (*session, *msg, error) {
+	cb, err := channelBinding(c)
+	if err != nil {
+		return nil, nil, err
+	}
+	s := &session{secret: l.opts.Secret, nD: nD, nL: newNonce(), cb: cb}
+	if err := writeMsg(c, &msg{typ: msgAuthChallenge, nonce: s.nL, mac: s.mac(labelChallenge, nil)}); err != nil {
+		return nil, nil, fmt.Errorf("sending challenge: %w", err)
+	}
+	m, payload, err := readMsgRaw(c)
+	if err != nil {
+		return nil, nil, err
+	}
+	switch m.typ {
+	case msgRequest:
+	case msgReject:
+		return nil, nil, &RejectError{Code: m.code, Reason: m.reason, ByPeer: true}
+	default:
+		return nil, nil, fmt.Errorf("%w: expected a request, got message type %d", ErrProtocol, m.typ)
+	}
+	p, err := readMsg(c)
+	if err != nil {
+		return nil, nil, err
+	}
+	if p.typ != msgProof {
+		return nil, nil, fmt.Errorf("%w: expected the request's proof, got message type %d", ErrProtocol, p.typ)
+	}
+	if !verifyProof(p.mac, s.mac(labelRequest, payload)) {
+		return nil, nil, fmt.Errorf("%w: the dialer's proof of the shared secret does not verify (wrong secret, or a replayed or relayed proof)", ErrAuth)
+	}
+	return s, m, nil
 }

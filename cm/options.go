@@ -5,8 +5,10 @@ package cm
 // Dial, a Listener handshake, or Conn.Close).
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/rdmakit/rdmakit/verbs"
@@ -19,6 +21,14 @@ const (
 	DefaultPeerTimeout      = 5 * time.Second
 	DefaultHandshakeTimeout = 30 * time.Second
 	DefaultBacklog          = 64
+	// DefaultMaxHandshakes bounds a Listener's handshakes in progress.
+	DefaultMaxHandshakes = 32
+	// DefaultMaxHandshakesPerSource bounds a Listener's handshakes in
+	// progress from one IP address.
+	DefaultMaxHandshakesPerSource = 8
+	// DefaultRequestTimeout is how long a Listener waits for a dialer's
+	// TLS handshake and (authenticated) request.
+	DefaultRequestTimeout = 5 * time.Second
 	// MaxRdAtomic is used for both the initiator depth (max_rd_atomic)
 	// and the responder resources (max_dest_rd_atomic) of every QP.
 	MaxRdAtomic = 16
@@ -45,13 +55,48 @@ func DefaultRetry() Retry {
 	return Retry{Timeout: 14, RetryCount: 7, RNRRetry: 7, MinRNRTimer: 12}
 }
 
-// Options configure one side of a connection. The zero value is valid:
-// every zero field takes the default documented on it.
+// Options configure one side of a connection. Every zero field takes the
+// default documented on it; the zero value as a whole is refused by Listen
+// and Dial with ErrNoCredential, because it names no credential: set
+// Secret or TLS (see doc.go, "Authentication"), or Insecure to connect
+// without one.
 type Options struct {
+	// Secret, if set, is a secret shared by both sides, at least
+	// MinSecretLen random bytes. Each side proves it holds the secret to
+	// the other by challenge and response (HMAC-SHA256 over a fresh nonce
+	// from each side, compared in constant time); the secret itself never
+	// travels. The proofs also cover the QP data both sides exchange, so
+	// nobody without the secret can alter it. A side with a Secret refuses
+	// a peer without one (ErrAuth), and a side without refuses a peer that
+	// offers one.
+	Secret []byte
+	// TLS, if set, runs the control connection (handshake, heartbeats,
+	// disconnect) over TLS with this config: for a listener a server
+	// config (Certificates; for mutual TLS ClientAuth
+	// tls.RequireAndVerifyClientCert and ClientCAs), for a dialer a client
+	// config (RootCAs; Certificates for mutual TLS; ServerName defaults to
+	// the host of Dial's address). TLS 1.2 at least. Both sides must use
+	// TLS or neither (ErrAuth). With Secret as well, the secret's proofs
+	// are bound to the TLS session (its exported keying material), so they
+	// cannot be relayed into another connection; a man in the middle then
+	// fails even against a dialer whose TLS skips verification.
+	//
+	// A listener's TLS authenticates dialers only with ClientAuth
+	// tls.RequireAndVerifyClientCert; a dialer's authenticates the
+	// listener unless InsecureSkipVerify is set.
+	TLS *tls.Config
+	// Insecure allows a Listener or Dial without a credential: without
+	// Secret, and without TLS that authenticates the peer (see TLS). Then
+	// anyone who reaches the listener's port gets a connected QP with the
+	// listener's Access (by default remote read, write and atomics on
+	// memory registered for them in the connection's PD). Use it on
+	// trusted networks and in tests only.
+	Insecure bool
 	// Device is the verbs device to open (default DefaultDevice, "tcp0").
-	// Ignored when PD is set. cm opens its own verbs.Context per
-	// connection and closes it in Conn.Close; programs with many
-	// connections should pass a shared PD instead.
+	// Ignored when PD is set. Dial opens its own verbs.Context per
+	// connection and closes it in Conn.Close; a Listener opens one at
+	// Listen for all its connections (see ListenOptions.Sharing).
+	// Programs with many connections should pass a shared PD.
 	Device string
 	// PD, if set, is the protection domain the QP is created in (and its
 	// context the one CQs are created in). cm does not close it.
@@ -113,6 +158,92 @@ func (o *Options) validate() error {
 	return nil
 }
 
+// ContextSharing says what the connections of a Listener without
+// Options.PD share.
+type ContextSharing uint8
+
+const (
+	// ShareContext (the zero value): the Listener opens one verbs context
+	// at Listen; each connection gets its own PD, CQs and QP in it, so a
+	// peer reaches only memory registered in its own connection's PD. The
+	// context closes when the Listener and the last of its connections
+	// have closed.
+	ShareContext ContextSharing = iota
+	// SharePD: one context and one PD for all connections (Listener.PD);
+	// memory registered in it is open to every connected peer that knows
+	// its rkey, within the QP's Access.
+	SharePD
+	// ContextPerConnection: each connection opens its own context and PD
+	// and closes them in Conn.Close (the behaviour before contexts were
+	// shared). Each context reserves address space (Options.ArenaSize in
+	// verbs), so ListenOptions.MaxHandshakes also bounds how many a flood
+	// of requests can hold.
+	ContextPerConnection
+)
+
+func (s ContextSharing) String() string {
+	switch s {
+	case ShareContext:
+		return "ShareContext"
+	case SharePD:
+		return "SharePD"
+	case ContextPerConnection:
+		return "ContextPerConnection"
+	}
+	return fmt.Sprintf("ContextSharing(%d)", uint8(s))
+}
+
+// sharedCtx is a Listener's context (and PD with SharePD), counted: the
+// Listener holds one reference, every connection built in it another; the
+// last release closes it. Any goroutine.
+type sharedCtx struct {
+	ctx *verbs.Context
+	pd  *verbs.PD // SharePD only
+
+	mu   sync.Mutex
+	refs int
+}
+
+func openShared(dev string, sharePD bool) (*sharedCtx, error) {
+	ctx, err := verbs.Open(dev, verbs.Options{})
+	if err != nil {
+		return nil, err
+	}
+	s := &sharedCtx{ctx: ctx, refs: 1}
+	if sharePD {
+		if s.pd, err = ctx.AllocPD(); err != nil {
+			ctx.Close()
+			return nil, fmt.Errorf("alloc PD: %w", err)
+		}
+	}
+	return s, nil
+}
+
+// acquire takes a reference; false once the context is closed.
+func (s *sharedCtx) acquire() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.refs == 0 {
+		return false
+	}
+	s.refs++
+	return true
+}
+
+// release drops a reference and closes the context with the last one.
+func (s *sharedCtx) release() error {
+	s.mu.Lock()
+	s.refs--
+	last := s.refs == 0
+	s.mu.Unlock()
+	if !last {
+		return nil
+	}
+	// Closing the context releases whatever the connections left in it
+	// (PDs still holding regions, the shared PD).
+	return s.ctx.Close()
+}
+
 func (o *Options) access() verbs.Access {
 	if o.Access == 0 {
 		return DefaultAccess
@@ -162,13 +293,15 @@ type resources struct {
 	recvCQ *verbs.CQ
 	qp     *verbs.QP
 	mtu    verbs.MTU
+	shared *sharedCtx // a Listener's context this connection holds a reference to
 
 	ownCtx, ownPD, ownSendCQ, ownRecvCQ bool
 }
 
 // newResources opens or adopts the context and PD, creates missing CQs and
-// the QP, and moves the QP to INIT.
-func newResources(o *Options) (r *resources, err error) {
+// the QP, and moves the QP to INIT. With sh (and no Options.PD) the
+// context is sh's, and the PD too if sh has one.
+func newResources(o *Options, sh *sharedCtx) (r *resources, err error) {
 	r = &resources{}
 	defer func() {
 		if err != nil {
@@ -179,6 +312,20 @@ func newResources(o *Options) (r *resources, err error) {
 	if o.PD != nil {
 		r.pd = o.PD
 		r.ctx = o.PD.Context()
+	} else if sh != nil {
+		if !sh.acquire() {
+			return r, fmt.Errorf("cm: %w: the listener's context is closed", ErrClosed)
+		}
+		r.shared = sh
+		r.ctx = sh.ctx
+		if sh.pd != nil {
+			r.pd = sh.pd
+		} else {
+			if r.pd, err = r.ctx.AllocPD(); err != nil {
+				return r, fmt.Errorf("alloc PD: %w", err)
+			}
+			r.ownPD = true
+		}
 	} else {
 		dev := o.Device
 		if dev == "" {
@@ -289,12 +436,17 @@ func (r *resources) close() error {
 	if r.ownPD && r.pd != nil {
 		// Regions the application left in the PD keep it busy; closing the
 		// context below releases them anyway.
-		if err := r.pd.Close(); err != nil && !(r.ownCtx && errors.Is(err, verbs.ErrBusy)) {
+		// (In a Listener's shared context they stay until it closes.)
+		if err := r.pd.Close(); err != nil && !((r.ownCtx || r.shared != nil) && errors.Is(err, verbs.ErrBusy)) {
 			errs = append(errs, err)
 		}
 	}
 	if r.ownCtx && r.ctx != nil {
 		errs = append(errs, r.ctx.Close())
+	}
+	if r.shared != nil {
+		errs = append(errs, r.shared.release())
+		r.shared = nil
 	}
 	return errors.Join(errs...)
 }

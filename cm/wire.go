@@ -46,6 +46,16 @@ const (
 	msgReady      = 4
 	msgHeartbeat  = 5
 	msgDisconnect = 6
+	// With a shared secret (auth.go).
+	msgAuthHello     = 7
+	msgAuthChallenge = 8
+	msgProof         = 9
+)
+
+// Sizes of the authentication fields.
+const (
+	nonceLen = 32
+	macLen   = 32 // HMAC-SHA256
 )
 
 // msg is any message; which fields are meaningful depends on typ.
@@ -67,6 +77,10 @@ type msg struct {
 	// Reject.
 	code   RejectCode
 	reason string
+
+	// AuthHello: version, nonce; AuthChallenge: nonce, mac; Proof: mac.
+	nonce []byte
+	mac   []byte
 }
 
 // encode returns the frame (internal/frame: header, then the payload).
@@ -98,6 +112,24 @@ func (m *msg) encode() ([]byte, error) {
 	case msgReject:
 		b = append(b, uint8(m.code))
 		b = frame.AppendString8(b, truncateReason(m.reason))
+	case msgAuthHello:
+		b = frame.AppendUint32(b, protoMagic)
+		b = append(b, m.version)
+		fallthrough
+	case msgAuthChallenge:
+		if len(m.nonce) != nonceLen {
+			return nil, fmt.Errorf("%w: nonce of %d bytes", ErrProtocol, len(m.nonce))
+		}
+		b = append(b, m.nonce...)
+		if m.typ == msgAuthHello {
+			break
+		}
+		fallthrough
+	case msgProof:
+		if len(m.mac) != macLen {
+			return nil, fmt.Errorf("%w: MAC of %d bytes", ErrProtocol, len(m.mac))
+		}
+		b = append(b, m.mac...)
 	case msgReady, msgHeartbeat, msgDisconnect:
 	default:
 		return nil, fmt.Errorf("%w: unknown message type %d", ErrProtocol, m.typ)
@@ -181,6 +213,20 @@ func decodeMsg(typ byte, p []byte) (*msg, error) {
 		if d.Err() == nil && len(m.reason) > MaxRejectReason {
 			return nil, fmt.Errorf("%w: reject reason of %d bytes (max %d)", ErrProtocol, len(m.reason), MaxRejectReason)
 		}
+	case msgAuthHello:
+		if magic := d.Uint32(); d.Err() != nil || magic != protoMagic {
+			return nil, fmt.Errorf("%w: not an rdmakit cm hello (bad magic)", ErrProtocol)
+		}
+		m.version = d.Uint8()
+		if d.Err() == nil && m.version != protoVersion {
+			return nil, fmt.Errorf("%w: protocol version %d (this side speaks %d)", ErrProtocol, m.version, protoVersion)
+		}
+		m.nonce = clone(d.Bytes(nonceLen))
+	case msgAuthChallenge:
+		m.nonce = clone(d.Bytes(nonceLen))
+		m.mac = clone(d.Bytes(macLen))
+	case msgProof:
+		m.mac = clone(d.Bytes(macLen))
 	case msgReady, msgHeartbeat, msgDisconnect:
 	default:
 		return nil, fmt.Errorf("%w: unknown message type %d", ErrProtocol, m.typ)
@@ -194,7 +240,26 @@ func decodeMsg(typ byte, p []byte) (*msg, error) {
 // readMsg reads one message from r. The frame.Reader it uses reads
 // nothing past the frame, so handshakes can call it message by message.
 func readMsg(r io.Reader) (*msg, error) {
-	return nextMsg(frame.NewReader(r, maxFrame))
+	m, _, err := readMsgRaw(r)
+	return m, err
+}
+
+// readMsgRaw is readMsg that also returns a copy of the frame's payload
+// (what a proof covers).
+func readMsgRaw(r io.Reader) (*msg, []byte, error) {
+	fr := frame.NewReader(r, maxFrame)
+	typ, p, err := fr.Next()
+	if err != nil {
+		if errors.Is(err, frame.ErrTooLarge) {
+			return nil, nil, fmt.Errorf("%w: %w", ErrProtocol, err)
+		}
+		return nil, nil, err
+	}
+	m, err := decodeMsg(typ, p)
+	if err != nil {
+		return nil, nil, err
+	}
+	return m, append([]byte(nil), p...), nil
 }
 
 // nextMsg reads one message from fr. A frame over maxFrame is an
@@ -213,10 +278,16 @@ func nextMsg(fr *frame.Reader) (*msg, error) {
 
 // writeMsg encodes m and writes it to w in one Write.
 func writeMsg(w io.Writer, m *msg) error {
+	_, err := writeMsgRaw(w, m)
+	return err
+}
+
+// writeMsgRaw is writeMsg that also returns the frame's payload.
+func writeMsgRaw(w io.Writer, m *msg) ([]byte, error) {
 	b, err := m.encode()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	_, err = w.Write(b)
-	return err
+	return b[frame.HeaderLen:], err
 }

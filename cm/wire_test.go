@@ -24,6 +24,9 @@ func sampleMsgs() []*msg {
 		{typ: msgReady},
 		{typ: msgHeartbeat},
 		{typ: msgDisconnect},
+		{typ: msgAuthHello, version: protoVersion, nonce: bytes.Repeat([]byte{1}, nonceLen)},
+		{typ: msgAuthChallenge, nonce: bytes.Repeat([]byte{2}, nonceLen), mac: bytes.Repeat([]byte{3}, macLen)},
+		{typ: msgProof, mac: bytes.Repeat([]byte{4}, macLen)},
 	}
 }
 
@@ -84,6 +87,10 @@ func TestWireLimits(t *testing.T) {
 		{msgAccept, 0, 0, 0, 1, 0, 0, 0, 1, 9, 0, 0, 0, 1, 0, 0, 0}, // MTU 9
 		{msgAccept, 0, 0, 0, 1, 0, 0, 0, 1, 5, 0, 0, 0, 0, 0, 0, 0}, // peer timeout 0
 		{msgAccept, 1, 0, 0, 1, 0, 0, 0, 1, 5, 0, 0, 0, 1, 0, 0, 0}, // QPN > 24 bits
+		{msgAuthHello, 'R', 'K', 'C', 'X'},
+		{msgAuthHello, 'R', 'K', 'C', 'M', 9},
+		{msgAuthHello, 'R', 'K', 'C', 'M', protoVersion, 1, 2, 3},
+		{msgProof, 1, 2, 3},
 		{99},
 		{msgRequest},
 		{msgReady, 0},

@@ -35,11 +35,16 @@ func Example() {
 	target, _ := spd.AllocMR(1<<20, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
 	inbox, _ := spd.AllocMR(64, verbs.AccessLocalWrite)
 
+	// Both sides prove a shared secret (cm refuses to run without a
+	// credential; TLS is the other kind). A real program reads it from
+	// its configuration: 16 random bytes at least.
+	secret := []byte("example secret, 32 bytes long!!!")
+
 	// The region's address and rkey go to the client with the accept.
 	var where [12]byte
 	binary.BigEndian.PutUint64(where[0:], target.Addr())
 	binary.BigEndian.PutUint32(where[8:], target.RKey())
-	l, err := cm.Listen(ctx, "127.0.0.1:0", cm.ListenOptions{Options: cm.Options{PD: spd, PrivateData: where[:]}})
+	l, err := cm.Listen(ctx, "127.0.0.1:0", cm.ListenOptions{Options: cm.Options{PD: spd, PrivateData: where[:], Secret: secret}})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -61,7 +66,7 @@ func Example() {
 	defer cctx.Close()
 	cpd, _ := cctx.AllocPD()
 	mr, _ := cpd.AllocMR(4096, verbs.AccessLocalWrite)
-	client, err := cm.Dial(ctx, l.Addr().String(), cm.Options{PD: cpd})
+	client, err := cm.Dial(ctx, l.Addr().String(), cm.Options{PD: cpd, Secret: secret})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -126,7 +131,7 @@ func connect(ctx context.Context) *pair {
 	}
 	apd, _ := p.actx.AllocPD()
 	bpd, _ := p.bctx.AllocPD()
-	l, err := cm.Listen(ctx, "127.0.0.1:0", cm.ListenOptions{Options: cm.Options{PD: bpd}})
+	l, err := cm.Listen(ctx, "127.0.0.1:0", cm.ListenOptions{Options: cm.Options{PD: bpd, Secret: exampleSecret}})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -139,7 +144,7 @@ func connect(ctx context.Context) *pair {
 		}
 		accepted <- c
 	}()
-	if p.a, err = cm.Dial(ctx, l.Addr().String(), cm.Options{PD: apd}); err != nil {
+	if p.a, err = cm.Dial(ctx, l.Addr().String(), cm.Options{PD: apd, Secret: exampleSecret}); err != nil {
 		log.Fatal(err)
 	}
 	p.b = <-accepted
@@ -285,3 +290,7 @@ func ExampleQP_PostSend_immediate() {
 	// Output:
 	// RECV_RDMA_WITH_IMM imm=0xc0ffee len=7 "payload"
 }
+
+// exampleSecret is the shared secret the examples' pairs prove to each
+// other (cm requires a credential).
+var exampleSecret = []byte("example secret, 32 bytes long!!!")
