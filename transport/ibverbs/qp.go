@@ -63,9 +63,10 @@ type qp struct {
 	fatal   atomic.Bool
 	flushed atomic.Bool
 
-	pd     *pdT
-	quirks quirk // the device's driver defects worked around (quirks.go)
-	fix    fixups
+	pd        *pdT
+	quirks    quirk // the device's driver defects worked around (quirks.go)
+	fix       fixups
+	signalAll bool
 	// slotWR maps a send queue slot of the chain being posted to the
 	// index of its work request (a split Read takes two slots); slotSplit
 	// marks the first part of a split. Guarded by smu.
@@ -115,13 +116,12 @@ func (p *pdT) CreateQP(cfg vdriver.QPConfig) (vdriver.QP, error) {
 		return nil, wrap(fmt.Sprintf("ibv_create_qp(%+v)", cfg.Cap), err)
 	}
 	q := &qp{d: d, id: id, c: c, num: c.num(), cap: cp, hasSRQ: s != nil, port: 1, scq: scq, rcq: rcq,
-		pd: p, quirks: d.quirks}
+		pd: p, quirks: d.quirks, signalAll: cfg.SignalAll}
 	q.state.Store(uint32(verbs.QPReset))
 	q.sq = newWQ(c.ptr(), cp.MaxSendWR, cp.MaxSendSGE, true)
 	q.slotWR = make([]int32, q.sq.maxWR())
 	q.slotSplit = make([]bool, q.sq.maxWR())
 	if q.quirks&quirkShortReadPage != 0 {
-		q.fix.splits = make([]splitRec, q.sq.maxWR())
 		q.fix.tagBase = newTagBase()
 	}
 	if s == nil {
@@ -499,8 +499,7 @@ func (q *qp) PostSend(wrs []verbs.SendWR) error {
 				continue
 			}
 			// siw: a short Read across a page of its source, in two parts
-			// (quirks.go). The first is signaled and tagged; Poll takes its
-			// completion out.
+			// (quirks.go). The first is unsignaled and tagged.
 			if used+2 > slots {
 				if used == 0 {
 					verr = postErr(done, verbs.ErrQueueFull, "a %d-byte RDMA Read across a page boundary takes two send queue slots on %s, max_send_wr is %d",
@@ -508,12 +507,8 @@ func (q *qp) PostSend(wrs []verbs.SendWR) error {
 				}
 				break
 			}
-			tag, ok := q.pushSplitLocked(wr, cut)
-			if !ok {
-				break // post what is there; the ring frees as completions are polled
-			}
 			splits++
-			q.sq.setReadPart(used, wr, tag, uint32(wr.Flags)|uint32(verbs.SendSignaled), 0, cut)
+			q.sq.setReadPart(used, wr, q.splitTagLocked(), uint32(wr.Flags)&^uint32(verbs.SendSignaled), 0, cut)
 			q.slotWR[used], q.slotSplit[used] = int32(done), true
 			q.sq.setReadPart(used+1, wr, wr.ID, uint32(wr.Flags), cut, wr.SGL[0].Length-cut)
 			q.slotWR[used+1], q.slotSplit[used+1] = int32(done), false
@@ -532,15 +527,13 @@ func (q *qp) PostSend(wrs []verbs.SendWR) error {
 		if e != 0 && armed && watch >= bad {
 			q.unwatchLocked()
 		}
-		if e != 0 && splits > 0 {
-			// Forget the splits whose first part was not posted.
-			k := 0
+		if e != 0 && splits > 0 && q.signalAll {
+			// Forget the first parts that were not posted.
 			for i := bad; i < used; i++ {
 				if q.slotSplit[i] {
-					k++
+					q.fix.sigAllTags--
 				}
 			}
-			q.unpushSplitsLocked(k)
 			q.fixUpdateLocked()
 		}
 		if q.quirks != 0 {
@@ -551,10 +544,6 @@ func (q *qp) PostSend(wrs []verbs.SendWR) error {
 		}
 		if verr != nil {
 			return verr
-		}
-		if used == 0 {
-			// The split ring is full: the caller must poll first.
-			return postErr(done, verbs.ErrQueueFull, "send queue holds %d work requests; poll completions first", q.cap.MaxSendWR)
 		}
 	}
 	return nil

@@ -19,9 +19,9 @@ package ibverbs
 //     (payload up to 32 bytes) whose source crosses a page (it computes the
 //     first part's length as bytes-(PAGE_SIZE-off)), yet the Read completes
 //     with success. A Read of up to shortReadMax bytes whose remote range
-//     crosses a 4 KiB boundary is posted as two Reads cut at the boundary;
-//     the first carries a tag and its completion is taken out in Poll, so
-//     the caller sees one completion with its id and the whole length.
+//     crosses a 4 KiB boundary is posted as two Reads cut at the boundary:
+//     the first unsignaled under a tag, the second with the caller's id and
+//     flags (see fixups), so the caller sees what one Read would give it.
 //   - siw: a zero-length Read Response queued behind another transmission
 //     (siw_activate_tx from the IRQ) is sent with the previous work
 //     request's SGE length, and the requester ends the connection. Nothing
@@ -112,30 +112,29 @@ func shortReadSplit(wr *verbs.SendWR) uint32 {
 
 // ---------------------------------------------------------------- completion fix-ups
 
-// splitRec is a Read posted in two parts: the first part's tag, the
-// caller's id and flags, and the first part's length.
-type splitRec struct {
-	tag, id  uint64
-	firstLen uint32
-	signaled bool
-}
-
 // fixups is a QP's state for completions this package rewrites: split
-// Reads (siw) and watched work requests (rxe). Guarded by mu; pending
-// counts what is outstanding, and the context counts QPs with pending > 0
-// so that Poll looks at nothing while there is none.
+// Reads (siw) and watched work requests (rxe). Guarded by mu; pending says
+// whether anything is outstanding, and the context counts QPs with pending
+// set so that Poll looks at nothing while there is none.
+//
+// A split Read's first part is unsignaled (the caller's flags, less
+// SendSignaled) and its id is a tag: tagBase (random high bits, so that a
+// tag never meets a caller's id in practice) | a sequence number. It
+// completes only on error, or on a QP that signals everything: Poll drops
+// that completion and, for an error, gives its status to the next send
+// completion of the QP, which is the second part's flush under the
+// caller's id. Nothing is recorded per split, so a split costs no
+// completion queue entry; the caller's completion reports the second
+// part's length.
 type fixups struct {
 	mu      sync.Mutex
-	pending int
+	pending bool
 
-	splits     []splitRec // ring, preallocated
-	head, n    int
-	tagBase    uint64
-	seq        uint64
-	dropNext   bool   // the first part of a split failed: drop the second part's flush
-	second     bool   // the next send completion should be the second part of split
-	secondID   uint64 //   with this id,
-	secondAdds uint32 //   whose length gains the first part's
+	tagBase     uint64
+	seq         uint64
+	sigAllTags  int          // first parts outstanding on a QP that signals every work request
+	carry       bool         // a first part failed: the next send completion
+	carryStatus verbs.Status //   (the second part's flush) gets its status
 
 	bad      bool // a work request rxe will fail locally is outstanding
 	badID    uint64
@@ -144,17 +143,18 @@ type fixups struct {
 	timer    *time.Timer
 }
 
-func (f *fixups) busy() bool { return f.n > 0 || f.dropNext || f.second || f.bad || f.stalled }
+func (f *fixups) busy() bool { return f.sigAllTags > 0 || f.carry || f.bad || f.stalled }
 
-// update adjusts the context's count after f changed; f.mu is held.
+// fixUpdateLocked adjusts the context's count after q.fix changed; q.fix.mu
+// is held.
 func (q *qp) fixUpdateLocked() {
 	f := &q.fix
 	b := f.busy()
-	if b && f.pending == 0 {
-		f.pending = 1
+	if b && !f.pending {
+		f.pending = true
 		q.d.fixQPs.Add(1)
-	} else if !b && f.pending != 0 {
-		f.pending = 0
+	} else if !b && f.pending {
+		f.pending = false
 		q.d.fixQPs.Add(-1)
 	}
 }
@@ -163,8 +163,8 @@ func (q *qp) fixUpdateLocked() {
 func (q *qp) fixReset() {
 	f := &q.fix
 	f.mu.Lock()
-	f.head, f.n = 0, 0
-	f.dropNext, f.second, f.bad, f.stalled = false, false, false, false
+	f.sigAllTags = 0
+	f.carry, f.bad, f.stalled = false, false, false
 	if f.timer != nil {
 		f.timer.Stop()
 		f.timer = nil
@@ -173,29 +173,39 @@ func (q *qp) fixReset() {
 	f.mu.Unlock()
 }
 
-// pushSplit records a split Read and returns the tag for its first part.
-// f.mu is held.
-func (q *qp) pushSplitLocked(wr *verbs.SendWR, firstLen uint32) (uint64, bool) {
+// splitTagLocked returns the id for a split Read's first part; q.fix.mu is
+// held.
+func (q *qp) splitTagLocked() uint64 {
 	f := &q.fix
-	if f.n == len(f.splits) {
-		return 0, false
-	}
 	f.seq++
-	tag := f.tagBase | f.seq&0xfffff
-	f.splits[(f.head+f.n)%len(f.splits)] = splitRec{tag: tag, id: wr.ID, firstLen: firstLen, signaled: wr.Flags&verbs.SendSignaled != 0}
-	f.n++
-	return tag, true
+	if q.signalAll {
+		f.sigAllTags++
+	}
+	return f.tagBase | f.seq&0xfffff
 }
 
-// unpushSplitsLocked forgets the last k splits (their first parts were not
-// posted).
-func (q *qp) unpushSplitsLocked(k int) {
-	q.fix.n -= k
+// isTag reports whether id is one of q's first-part tags.
+func (q *qp) isTag(id uint64) bool { return q.fix.tagBase != 0 && id&^0xfffff == q.fix.tagBase }
+
+// needsFix reports whether Poll must look at wcs: some QP has fix-up state,
+// or, on a device that splits Reads, a completion is an error (it may be a
+// first part's).
+func (d *ctxDriver) needsFix(wcs []verbs.WorkCompletion) bool {
+	if d.fixQPs.Load() > 0 {
+		return true
+	}
+	if d.quirks&quirkShortReadPage != 0 {
+		for i := range wcs {
+			if wcs[i].Status != verbs.StatusSuccess {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // fixCompletions rewrites the device's completions in place where a quirk
-// workaround needs it and returns how many remain. Called by Poll only
-// while some QP of the context has fix-up state.
+// workaround needs it and returns how many remain.
 func (d *ctxDriver) fixCompletions(c *cq, wcs []verbs.WorkCompletion) int {
 	out := 0
 	for i := range wcs {
@@ -217,39 +227,32 @@ func (q *qp) fixSend(wc *verbs.WorkCompletion) bool {
 	f := &q.fix
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.pending == 0 {
+	tag := q.isTag(wc.WRID)
+	if !f.pending && !tag {
 		return true
 	}
 	defer q.fixUpdateLocked()
 	keep := true
 	switch {
-	case f.dropNext:
-		// The second part of a split whose first part failed: the caller
-		// has had the error under its own id.
-		f.dropNext = false
-		keep = false
-	case f.n > 0 && wc.WRID == f.splits[f.head].tag:
-		r := f.splits[f.head]
-		f.head = (f.head + 1) % len(f.splits)
-		f.n--
-		if wc.Status == verbs.StatusSuccess {
-			if r.signaled {
-				f.second, f.secondID, f.secondAdds = true, r.id, r.firstLen
-			}
-			keep = false
-		} else {
-			wc.WRID = r.id
-			f.dropNext = true
+	case tag:
+		// A split Read's first part: signaled only by the QP, or failed.
+		if q.signalAll && f.sigAllTags > 0 {
+			f.sigAllTags--
 		}
-	case f.second:
-		f.second = false
-		if wc.WRID == f.secondID && wc.Status == verbs.StatusSuccess && wc.ByteLen != 0 {
-			wc.ByteLen += f.secondAdds
+		if wc.Status != verbs.StatusSuccess {
+			f.carry, f.carryStatus = true, wc.Status
+		}
+		keep = false
+	case f.carry:
+		// The second part of a split whose first part failed.
+		f.carry = false
+		if wc.Status == verbs.StatusWRFlush {
+			wc.Status = f.carryStatus
 		}
 	}
-	if f.bad || f.stalled {
+	if keep && (f.bad || f.stalled) {
 		f.badSince = time.Now()
-		if keep && wc.WRID == f.badID && wc.Status != verbs.StatusSuccess {
+		if wc.WRID == f.badID && wc.Status != verbs.StatusSuccess {
 			if f.stalled && wc.Status == verbs.StatusWRFlush {
 				wc.Status = verbs.StatusLocalProtection
 			}

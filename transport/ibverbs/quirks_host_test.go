@@ -100,94 +100,90 @@ func TestShortReadSplit(t *testing.T) {
 }
 
 // fakeQP is a QP with no device behind it, for the completion fix-ups.
-func fakeQP(quirks quirk) (*ctxDriver, *cq, *qp) {
+func fakeQP(quirks quirk, signalAll bool) (*ctxDriver, *cq, *qp) {
 	d := &ctxDriver{qpNums: map[uint32]*qp{}, quirks: quirks}
 	c := &cq{d: d}
-	q := &qp{d: d, num: 0x11, scq: c, rcq: c, quirks: quirks}
-	q.fix.splits = make([]splitRec, 4)
+	q := &qp{d: d, num: 0x11, scq: c, rcq: c, quirks: quirks, signalAll: signalAll}
 	q.fix.tagBase = newTagBase()
 	d.qpNums[q.num] = q
 	return d, c, q
 }
 
-func (q *qp) split(t *testing.T, wr *verbs.SendWR, cut uint32) uint64 {
+func (q *qp) split() uint64 {
 	q.fix.mu.Lock()
 	defer q.fix.mu.Unlock()
-	tag, ok := q.pushSplitLocked(wr, cut)
-	if !ok {
-		t.Fatal("split ring full")
-	}
+	tag := q.splitTagLocked()
 	q.fixUpdateLocked()
 	return tag
 }
 
-// TestSplitCompletions: a split Read completes once, with the caller's id
-// and its whole length; an error in its first part is reported once.
+// poll runs what Poll runs on the device's completions.
+func (d *ctxDriver) poll(c *cq, wcs []verbs.WorkCompletion) []verbs.WorkCompletion {
+	if !d.needsFix(wcs) {
+		return wcs
+	}
+	return wcs[:d.fixCompletions(c, wcs)]
+}
+
+// TestSplitCompletions: a split Read completes as one Read would: once,
+// with the caller's id, an error in either part reported once under it.
 func TestSplitCompletions(t *testing.T) {
 	ok, flush, rerr := verbs.StatusSuccess, verbs.StatusWRFlush, verbs.StatusRemoteAccess
-	wc := func(id uint64, st verbs.Status, n uint32) verbs.WorkCompletion {
-		return verbs.WorkCompletion{WRID: id, Status: st, Opcode: verbs.WCRead, ByteLen: n, QPNum: 0x11}
+	wc := func(id uint64, st verbs.Status) verbs.WorkCompletion {
+		return verbs.WorkCompletion{WRID: id, Status: st, Opcode: verbs.WCRead, ByteLen: 4, QPNum: 0x11}
 	}
-	t.Run("signaled", func(t *testing.T) {
-		d, c, q := fakeQP(quirkShortReadPage)
-		tag := q.split(t, &verbs.SendWR{ID: 7, Flags: verbs.SendSignaled}, 10)
-		got := []verbs.WorkCompletion{wc(1, ok, 4), wc(tag, ok, 10), wc(7, ok, 19), wc(8, ok, 4)}
-		n := d.fixCompletions(c, got)
-		if n != 3 || got[0].WRID != 1 || got[1].WRID != 7 || got[1].ByteLen != 29 || got[2].WRID != 8 || got[2].ByteLen != 4 {
-			t.Fatalf("%d completions %+v", n, got[:n])
+	same := func(t *testing.T, got []verbs.WorkCompletion, want ...verbs.WorkCompletion) {
+		t.Helper()
+		if len(got) != len(want) {
+			t.Fatalf("completions %+v, want %+v", got, want)
 		}
+		for i := range got {
+			if got[i].WRID != want[i].WRID || got[i].Status != want[i].Status {
+				t.Fatalf("completions %+v, want %+v", got, want)
+			}
+		}
+	}
+	t.Run("success", func(t *testing.T) {
+		d, c, q := fakeQP(quirkShortReadPage, false)
+		q.split()
 		if d.fixQPs.Load() != 0 {
-			t.Fatal("fix-up state left behind")
+			t.Fatal("a split leaves state behind")
 		}
-	})
-	t.Run("unsignaled", func(t *testing.T) {
-		d, c, q := fakeQP(quirkShortReadPage)
-		tag := q.split(t, &verbs.SendWR{ID: 7}, 10)
-		got := []verbs.WorkCompletion{wc(tag, ok, 10), wc(9, ok, 4)}
-		if n := d.fixCompletions(c, got); n != 1 || got[0].WRID != 9 || got[0].ByteLen != 4 {
-			t.Fatalf("%d completions %+v", n, got[:n])
-		}
+		same(t, d.poll(c, []verbs.WorkCompletion{wc(1, ok), wc(7, ok)}), wc(1, ok), wc(7, ok))
 	})
 	t.Run("first part fails", func(t *testing.T) {
-		d, c, q := fakeQP(quirkShortReadPage)
-		tag := q.split(t, &verbs.SendWR{ID: 7, Flags: verbs.SendSignaled}, 10)
-		got := []verbs.WorkCompletion{wc(tag, rerr, 0), wc(7, flush, 0), wc(8, flush, 0)}
-		n := d.fixCompletions(c, got)
-		if n != 2 || got[0].WRID != 7 || got[0].Status != rerr || got[1].WRID != 8 {
-			t.Fatalf("%d completions %+v", n, got[:n])
-		}
+		d, c, q := fakeQP(quirkShortReadPage, false)
+		tag := q.split()
+		same(t, d.poll(c, []verbs.WorkCompletion{wc(1, ok), wc(tag, rerr)}), wc(1, ok))
+		same(t, d.poll(c, []verbs.WorkCompletion{wc(7, flush), wc(8, flush)}), wc(7, rerr), wc(8, flush))
 		if d.fixQPs.Load() != 0 {
 			t.Fatal("fix-up state left behind")
 		}
 	})
 	t.Run("second part fails", func(t *testing.T) {
-		d, c, q := fakeQP(quirkShortReadPage)
-		tag := q.split(t, &verbs.SendWR{ID: 7, Flags: verbs.SendSignaled}, 10)
-		got := []verbs.WorkCompletion{wc(tag, ok, 10), wc(7, rerr, 0), wc(8, flush, 0)}
-		n := d.fixCompletions(c, got)
-		if n != 2 || got[0].WRID != 7 || got[0].Status != rerr || got[1].WRID != 8 || got[1].Status != flush {
-			t.Fatalf("%d completions %+v", n, got[:n])
-		}
+		d, c, q := fakeQP(quirkShortReadPage, false)
+		q.split()
+		same(t, d.poll(c, []verbs.WorkCompletion{wc(7, rerr), wc(8, flush)}), wc(7, rerr), wc(8, flush))
 	})
-	t.Run("across polls", func(t *testing.T) {
-		d, c, q := fakeQP(quirkShortReadPage)
-		t1 := q.split(t, &verbs.SendWR{ID: 7, Flags: verbs.SendSignaled}, 10)
-		t2 := q.split(t, &verbs.SendWR{ID: 7, Flags: verbs.SendSignaled}, 3)
-		a := []verbs.WorkCompletion{wc(t1, ok, 10)}
-		if n := d.fixCompletions(c, a); n != 0 {
-			t.Fatalf("first part kept: %+v", a)
+	t.Run("signal all", func(t *testing.T) {
+		d, c, q := fakeQP(quirkShortReadPage, true)
+		t1, t2 := q.split(), q.split()
+		if d.fixQPs.Load() != 1 {
+			t.Fatal("first parts on a signal-all QP not counted")
 		}
-		b := []verbs.WorkCompletion{wc(7, ok, 19), wc(t2, ok, 3), wc(7, ok, 26)}
-		if n := d.fixCompletions(c, b); n != 2 || b[0].ByteLen != 29 || b[1].ByteLen != 29 {
-			t.Fatalf("%d completions %+v", n, b[:n])
+		same(t, d.poll(c, []verbs.WorkCompletion{wc(t1, ok), wc(7, ok), wc(t2, ok)}), wc(7, ok))
+		same(t, d.poll(c, []verbs.WorkCompletion{wc(7, ok)}), wc(7, ok))
+		if d.fixQPs.Load() != 0 {
+			t.Fatal("fix-up state left behind")
 		}
 	})
 	t.Run("receives untouched", func(t *testing.T) {
-		d, c, q := fakeQP(quirkShortReadPage)
-		tag := q.split(t, &verbs.SendWR{ID: 7, Flags: verbs.SendSignaled}, 10)
-		got := []verbs.WorkCompletion{{WRID: tag, Opcode: verbs.WCRecv, QPNum: 0x11}, wc(tag, ok, 10), wc(7, ok, 19)}
-		if n := d.fixCompletions(c, got); n != 2 || got[0].Opcode != verbs.WCRecv || got[1].WRID != 7 {
-			t.Fatalf("%d completions %+v", n, got[:n])
+		d, c, q := fakeQP(quirkShortReadPage, false)
+		tag := q.split()
+		r := verbs.WorkCompletion{WRID: tag, Status: flush, Opcode: verbs.WCRecv, QPNum: 0x11}
+		got := d.poll(c, []verbs.WorkCompletion{r, wc(5, ok)})
+		if len(got) != 2 || got[0].Opcode != verbs.WCRecv {
+			t.Fatalf("%+v", got)
 		}
 	})
 }
@@ -195,7 +191,7 @@ func TestSplitCompletions(t *testing.T) {
 // TestStallRewrite: once the stall watch failed a QP, the watched work
 // request's flush is reported as the local protection error it is.
 func TestStallRewrite(t *testing.T) {
-	d, c, q := fakeQP(quirkLocalErrorStall)
+	d, c, q := fakeQP(quirkLocalErrorStall, false)
 	q.fix.mu.Lock()
 	q.fix.bad, q.fix.badID, q.fix.stalled = false, 5, true
 	q.fixUpdateLocked()
