@@ -13,6 +13,8 @@
 #
 #   test/vm/ci.sh              full run (~8 min on 2 cores, ~2 min of it the first build)
 #   CI_QUICK=1 test/vm/ci.sh   conformance in one-process mode only
+#   CI_RUN='TestQuirk|TestDefect' test/vm/ci.sh
+#                              only the go tests matching the pattern (iterating)
 #
 # Env: RDMAVM_CACHE (default /tmp/rdmakit-vm), CI_VM_TIMEOUT (guest wall
 # limit, default 780 s), CI_KEEP=1 keeps the work dir with all logs.
@@ -43,7 +45,7 @@ export CGO_ENABLED=1
 
 say "booting the guest"
 set +e
-bash "$HERE/run.sh" -t "${CI_VM_TIMEOUT:-780}" -m 3G -w "$WORK" -e CI_QUICK="${CI_QUICK:-0}" -e CI_LOG="$WORK/logs" \
+bash "$HERE/run.sh" -t "${CI_VM_TIMEOUT:-780}" -m 3G -w "$WORK" -e CI_QUICK="${CI_QUICK:-0}" -e CI_RUN="${CI_RUN:-}" -e CI_LOG="$WORK/logs" \
   -- bash "$WORK/ci-guest.sh" 2>&1 | tee "$WORK/guest.txt"
 rc=${PIPESTATUS[0]}
 set -e

@@ -342,6 +342,11 @@ func (w *cWQ) maxWR() int { return len(w.in) }
 
 // setSend fills slot i from wr; the SGL has been validated against the
 // queue's SGE limit. Inline data is gathered by the provider at post time.
+//
+// Zero-length SGEs are left out, on every device: they move no bytes, and
+// siw (Linux 6.1) dereferences NULL in siw_tx_hdt for a Write whose first
+// SGE is empty and whose next is not. A Read whose SGEs are all empty keeps
+// the first (iWARP takes exactly one).
 func (w *cWQ) setSend(i int, wr *verbs.SendWR, opcode uint32, flags uint32) {
 	in := &w.in[i]
 	in.wr_id = C.uint64_t(wr.ID)
@@ -352,13 +357,52 @@ func (w *cWQ) setSend(i int, wr *verbs.SendWR, opcode uint32, flags uint32) {
 	in.imm = C.uint32_t(wr.Imm)
 	in.opcode = C.uint32_t(opcode)
 	in.flags = C.uint32_t(flags)
-	in.num_sge = C.uint32_t(len(wr.SGL))
 	sg := w.sges[i*w.sge : i*w.sge+len(wr.SGL)]
+	n := 0
 	for j := range wr.SGL {
-		sg[j].addr = C.uint64_t(wr.SGL[j].Addr)
-		sg[j].length = C.uint32_t(wr.SGL[j].Length)
-		sg[j].lkey = C.uint32_t(wr.SGL[j].LKey)
+		if wr.SGL[j].Length == 0 {
+			continue
+		}
+		sg[n].addr = C.uint64_t(wr.SGL[j].Addr)
+		sg[n].length = C.uint32_t(wr.SGL[j].Length)
+		sg[n].lkey = C.uint32_t(wr.SGL[j].LKey)
+		n++
 	}
+	if n == 0 && len(wr.SGL) > 0 && wr.Opcode == verbs.OpRead {
+		sg[0].addr = C.uint64_t(wr.SGL[0].Addr)
+		sg[0].length = 0
+		sg[0].lkey = C.uint32_t(wr.SGL[0].LKey)
+		n = 1
+	}
+	in.num_sge = C.uint32_t(n)
+}
+
+// setReadPart fills slot i with part of the one-SGE Read wr: n bytes from
+// offset off of both its local SGE and its remote range, with id and flags.
+func (w *cWQ) setReadPart(i int, wr *verbs.SendWR, id uint64, flags uint32, off, n uint32) {
+	in := &w.in[i]
+	in.wr_id = C.uint64_t(id)
+	in.remote_addr = C.uint64_t(wr.RemoteAddr + uint64(off))
+	in.compare_add, in.swap, in.imm = 0, 0, 0
+	in.rkey = C.uint32_t(wr.RKey)
+	in.opcode = C.uint32_t(ibvWROpRead)
+	in.flags = C.uint32_t(flags)
+	in.num_sge = 1
+	sg := &w.sges[i*w.sge]
+	sg.addr = C.uint64_t(wr.SGL[0].Addr + uint64(off))
+	sg.length = C.uint32_t(n)
+	sg.lkey = C.uint32_t(wr.SGL[0].LKey)
+}
+
+// sendSlot returns what slot i holds (for tests): id, opcode, flags,
+// remote address and its SGEs.
+func (w *cWQ) sendSlot(i int) (id uint64, opcode, flags uint32, raddr uint64, sges []verbs.SGE) {
+	in := &w.in[i]
+	for j := 0; j < int(in.num_sge); j++ {
+		s := w.sges[i*w.sge+j]
+		sges = append(sges, verbs.SGE{Addr: uint64(s.addr), Length: uint32(s.length), LKey: uint32(s.lkey)})
+	}
+	return uint64(in.wr_id), uint32(in.opcode), uint32(in.flags), uint64(in.remote_addr), sges
 }
 
 func (w *cWQ) setRecv(i int, wr *verbs.RecvWR) {

@@ -67,6 +67,12 @@ func (q *cq) Poll(wcs []verbs.WorkCompletion) (int, error) {
 	if err != nil {
 		return 0, wrap("ibv_poll_cq", err)
 	}
+	if n > 0 && q.d.needsFix(wcs[:n]) {
+		n = q.d.fixCompletions(q, wcs[:n])
+		if n == 0 {
+			return q.Poll(wcs)
+		}
+	}
 	for i := 0; i < n; i++ {
 		if wcs[i].Status != verbs.StatusSuccess {
 			q.d.markError(wcs[i].QPNum)

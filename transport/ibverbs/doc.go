@@ -44,6 +44,27 @@
 // and RDMA Read into one SGE only, which this transport reports as
 // ErrNotSupported at post time.
 //
+// Driver defects: Linux 6.1's siw and rxe have defects a user of this
+// transport would hit; the transport recognises the driver (vendor id) and
+// works around them where that costs a correct program nothing, else
+// leaves the capability out (quirks.go; docs/architecture.md has the
+// table):
+//
+//   - every device: zero-length SGEs are dropped before posting (siw 6.1
+//     panics on a Write whose first SGE is empty and whose next is not);
+//   - siw: a Read of up to 64 bytes whose remote range crosses a 4 KiB
+//     boundary is posted as two Reads (siw 6.1 returns wrong bytes for one
+//     of up to 32 bytes), completing once for the caller;
+//   - siw: a zero-length Read is refused (ErrNotSupported; no
+//     CapZeroLengthRead): siw 6.1 can answer one queued behind another
+//     transmission with stale bytes and end the connection;
+//   - rxe: a work request whose lkey or range will fail locally is
+//     watched; if its QP completes nothing for 2 s (rxe 6.1 stalls when it
+//     follows a Send waiting out an RNR NAK) the QP is moved to ERROR and
+//     the work request completes with LocalProtection;
+//   - rxe: a receive posted to a QP known to be in ERROR completes with
+//     WRFlush at once (rxe 6.1 flushes it only at the next state change).
+//
 // GPU memory: RegDmabufMR registers a dma-buf (a CUDA allocation exported
 // with cuMemGetHandleForAddressRange) for GPUDirect RDMA. It is UNTESTED:
 // it compiles and is documented, but has never run, for want of a GPU and

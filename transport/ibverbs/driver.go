@@ -335,6 +335,14 @@ type ctxDriver struct {
 	gids   map[int][]gidEntry
 	cm     *cmMux
 
+	// quirks are the driver defects worked around (quirks.go); fixQPs
+	// counts QPs whose completions need rewriting; lkeys is the table of
+	// registered regions rxe's stall watch checks work requests against.
+	quirks quirk
+	fixQPs atomic.Int32
+	lkeyMu sync.Mutex
+	lkeys  atomic.Pointer[map[uint32]lkeyRange]
+
 	nextID   atomic.Uint64
 	closed   atomic.Bool
 	files    []*os.File
@@ -360,7 +368,9 @@ func (driver) Open(dev verbs.DeviceInfo, opts verbs.Options) (vdriver.Context, e
 	ex := extras[dev.Name]
 	extraMu.Unlock()
 	d := &ctxDriver{opts: opts, arena: a, info: dev, extra: ex, c: c, iwarp: ex.iwarp,
-		cqs: map[uint64]*cq{}, qps: map[uint64]*qp{}, qpNums: map[uint32]*qp{}, gids: map[int][]gidEntry{}}
+		cqs: map[uint64]*cq{}, qps: map[uint64]*qp{}, qpNums: map[uint32]*qp{}, gids: map[int][]gidEntry{},
+		quirks: quirksOf(dev.VendorID) &^ quirksOff}
+	d.lkeys.Store(&map[uint32]lkeyRange{})
 	for _, p := range dev.Ports {
 		pa, err := c.queryPort(p.Num)
 		if err == nil {
@@ -632,6 +642,9 @@ func (p *pdT) reg(buf []byte, access verbs.Access) (*mr, error) {
 		return nil, regError(len(buf), err)
 	}
 	l, r := c.keys()
+	if len(buf) > 0 {
+		p.d.addLKey(l, lkeyRange{addr: uint64(addrOf(buf)), n: uint64(len(buf)), pd: p})
+	}
 	return &mr{d: p.d, c: c, buf: buf, lkey: l, rkey: r}, nil
 }
 
@@ -642,6 +655,7 @@ func (m *mr) Dereg() error {
 	if err := m.c.dereg(); err != nil {
 		return wrap("ibv_dereg_mr", err)
 	}
+	m.d.dropLKey(m.lkey)
 	if m.alloc != nil {
 		m.d.release(m.alloc)
 	}
@@ -719,8 +733,9 @@ const siwVendorID = 0x626d74
 // deviceCaps declares what a device can do. The driver knows its devices:
 // iWARP has no immediate data, no RNR retry, terminates the connection on
 // a remote error and reads into one SGE; siw (Linux 6.1) does not check
-// remote read access or a QP's remote access flags and uses one key for
-// local and remote access; rxe shares keys too.
+// remote read access or a QP's remote access flags, uses one key for
+// local and remote access and cannot be trusted with a zero-length Read
+// (quirks.go); rxe shares keys too.
 func deviceCaps(di verbs.DeviceInfo, iwarp bool) verbs.Capability {
 	c := verbs.CapRegisterCallerMemory | verbs.CapSRQ | verbs.CapNetwork | verbs.CapZeroLengthRead | verbs.CapRemoteAccessChecks
 	if di.AtomicCap != verbs.AtomicNone {

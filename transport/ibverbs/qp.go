@@ -62,6 +62,16 @@ type qp struct {
 	// requests are completed here with WRFlush.
 	fatal   atomic.Bool
 	flushed atomic.Bool
+
+	pd        *pdT
+	quirks    quirk // the device's driver defects worked around (quirks.go)
+	fix       fixups
+	signalAll bool
+	// slotWR maps a send queue slot of the chain being posted to the
+	// index of its work request (a split Read takes two slots); slotSplit
+	// marks the first part of a split. Guarded by smu.
+	slotWR    []int32
+	slotSplit []bool
 }
 
 var wrOpcodes = [...]uint32{
@@ -105,9 +115,15 @@ func (p *pdT) CreateQP(cfg vdriver.QPConfig) (vdriver.QP, error) {
 	if err != nil {
 		return nil, wrap(fmt.Sprintf("ibv_create_qp(%+v)", cfg.Cap), err)
 	}
-	q := &qp{d: d, id: id, c: c, num: c.num(), cap: cp, hasSRQ: s != nil, port: 1, scq: scq, rcq: rcq}
+	q := &qp{d: d, id: id, c: c, num: c.num(), cap: cp, hasSRQ: s != nil, port: 1, scq: scq, rcq: rcq,
+		pd: p, quirks: d.quirks, signalAll: cfg.SignalAll}
 	q.state.Store(uint32(verbs.QPReset))
 	q.sq = newWQ(c.ptr(), cp.MaxSendWR, cp.MaxSendSGE, true)
+	q.slotWR = make([]int32, q.sq.maxWR())
+	q.slotSplit = make([]bool, q.sq.maxWR())
+	if q.quirks&quirkShortReadPage != 0 {
+		q.fix.tagBase = newTagBase()
+	}
 	if s == nil {
 		q.rq = newWQ(c.ptr(), cp.MaxRecvWR, cp.MaxRecvSGE, false)
 	}
@@ -243,6 +259,7 @@ func (q *qp) Modify(attr *verbs.QPAttr) error {
 		}
 		q.smu.Unlock()
 	case verbs.QPReset:
+		q.fixReset()
 		q.fatal.Store(false)
 		q.flushed.Store(false)
 		if q.iw != nil {
@@ -419,6 +436,10 @@ func (q *qp) check(i int, wr *verbs.SendWR) error {
 			return postErr(i, verbs.ErrNotSupported, "iWARP RDMA Read takes exactly one local SGE, got %d (device %s)", len(wr.SGL), q.d.info.Name)
 		}
 	}
+	if q.quirks&quirkZeroLengthRead != 0 && wr.Opcode == verbs.OpRead && (len(wr.SGL) == 0 || wr.SGL[0].Length == 0) {
+		return postErr(i, verbs.ErrNotSupported, "zero-length RDMA Read on %s: siw (Linux 6.1) can answer one with another request's length "+
+			"and end the connection; the device does not declare zero-length-read", q.d.info.Name)
+	}
 	return nil
 }
 
@@ -451,27 +472,79 @@ func (q *qp) PostSend(wrs []verbs.SendWR) error {
 	}
 	done := 0
 	for done < len(wrs) {
-		n := min(len(wrs)-done, q.sq.maxWR())
-		ok := 0
+		slots, used, splits := q.sq.maxWR(), 0, 0
+		watch, watchID := -1, uint64(0)
 		var verr error
-		for i := 0; i < n; i++ {
-			wr := &wrs[done+i]
-			if err := q.check(done+i, wr); err != nil {
+		if q.quirks != 0 {
+			q.fix.mu.Lock()
+		}
+		for done < len(wrs) && used < slots {
+			wr := &wrs[done]
+			if err := q.check(done, wr); err != nil {
 				verr = err
 				break
 			}
-			q.sq.setSend(i, wr, wrOpcodes[wr.Opcode], uint32(wr.Flags))
-			ok++
-		}
-		if ok > 0 {
-			if bad, e := q.sq.postSend(ok); e != 0 {
-				return &verbs.PostError{Index: done + bad, Err: sendErr(e, q)}
+			var cut uint32
+			if q.quirks&quirkShortReadPage != 0 {
+				cut = shortReadSplit(wr)
 			}
+			if cut == 0 {
+				q.sq.setSend(used, wr, wrOpcodes[wr.Opcode], uint32(wr.Flags))
+				q.slotWR[used], q.slotSplit[used] = int32(done), false
+				used++
+				if q.quirks&quirkLocalErrorStall != 0 && watch < 0 && q.failsLocally(wr) {
+					watch, watchID = used-1, wr.ID
+				}
+				done++
+				continue
+			}
+			// siw: a short Read across a page of its source, in two parts
+			// (quirks.go). The first is unsignaled and tagged.
+			if used+2 > slots {
+				if used == 0 {
+					verr = postErr(done, verbs.ErrQueueFull, "a %d-byte RDMA Read across a page boundary takes two send queue slots on %s, max_send_wr is %d",
+						wr.SGL[0].Length, q.d.info.Name, slots)
+				}
+				break
+			}
+			splits++
+			q.sq.setReadPart(used, wr, q.splitTagLocked(), uint32(wr.Flags)&^uint32(verbs.SendSignaled), 0, cut)
+			q.slotWR[used], q.slotSplit[used] = int32(done), true
+			q.sq.setReadPart(used+1, wr, wr.ID, uint32(wr.Flags), cut, wr.SGL[0].Length-cut)
+			q.slotWR[used+1], q.slotSplit[used+1] = int32(done), false
+			used += 2
+			done++
+		}
+		if splits > 0 {
+			q.fixUpdateLocked()
+		}
+		armed := watch >= 0 && q.watchLocked(watchID)
+		var bad int
+		var e syscall.Errno
+		if used > 0 {
+			bad, e = q.sq.postSend(used)
+		}
+		if e != 0 && armed && watch >= bad {
+			q.unwatchLocked()
+		}
+		if e != 0 && splits > 0 && q.signalAll {
+			// Forget the first parts that were not posted.
+			for i := bad; i < used; i++ {
+				if q.slotSplit[i] {
+					q.fix.sigAllTags--
+				}
+			}
+			q.fixUpdateLocked()
+		}
+		if q.quirks != 0 {
+			q.fix.mu.Unlock()
+		}
+		if e != 0 {
+			return &verbs.PostError{Index: int(q.slotWR[bad]), Err: sendErr(e, q)}
 		}
 		if verr != nil {
 			return verr
 		}
-		done += n
 	}
 	return nil
 }
@@ -498,7 +571,9 @@ func (q *qp) PostRecv(wrs []verbs.RecvWR) error {
 		q.flushLocked()
 		q.smu.Unlock()
 	}
-	if q.iw != nil && q.flushed.Load() {
+	if (q.iw != nil && q.flushed.Load()) || (q.quirks&quirkRecvInError != 0 && q.fatal.Load()) {
+		// iWARP completes nothing posted in ERROR; rxe (Linux 6.1) flushes
+		// it only at the next state change.
 		for i := range wrs {
 			q.rcq.addSynth(verbs.WorkCompletion{WRID: wrs[i].ID, Status: verbs.StatusWRFlush, Opcode: verbs.WCRecv, QPNum: q.num})
 		}
@@ -580,6 +655,7 @@ func (q *qp) destroy() error {
 	if q.c == nil {
 		return nil
 	}
+	q.fixReset()
 	err := q.c.destroy()
 	q.c = nil
 	if q.iw != nil {

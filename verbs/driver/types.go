@@ -396,7 +396,10 @@ const (
 	CapRemoteErrorCompletion
 	// CapMultiSGERead: RDMA Read scatters into more than one local SGE.
 	CapMultiSGERead
-	// CapZeroLengthRead: a zero-length RDMA Read without an SGE.
+	// CapZeroLengthRead: a zero-length RDMA Read, with or without an SGE
+	// (iWARP takes exactly one SGE; siw in Linux 6.1 can answer a
+	// zero-length Read with stale bytes and end the connection, so
+	// transport/ibverbs refuses one there).
 	CapZeroLengthRead
 	// CapRemoteAccessChecks: the responder enforces REMOTE_READ on the
 	// region and the QP's remote access flags (siw in Linux 6.1 does not).
