@@ -72,12 +72,12 @@ func listPrefix(prefix string, xs []string) string {
 
 func checkDevices(d *doc) {
 	if d.devErr != nil {
-		d.add("devices", Fail, "RDMA devices", "cannot list "+rdmaClass(d)+": "+d.devErr.Error(), "")
+		d.add("devices", Fail, "RDMA devices", "cannot list /sys/class/infiniband: "+d.devErr.Error(), "")
 		return
 	}
 	if len(d.devs) == 0 {
 		nd := d.defaultNetdev()
-		d.add("devices", Fail, "no RDMA devices", rdmaClass(d)+" is empty or absent",
+		d.add("devices", Fail, "no RDMA devices", "/sys/class/infiniband is empty or absent",
 			"add a Soft-RoCE device: modprobe rdma_rxe && rdma link add rxe0 type rxe netdev "+nd+
 				" (or soft-iWARP: modprobe siw && rdma link add siw0 type siw netdev "+nd+"), "+softwareHint)
 		return
@@ -95,8 +95,6 @@ func checkDevices(d *doc) {
 	}
 	d.add("devices", Pass, fmt.Sprintf("%d RDMA device(s)", len(d.devs)), strings.Join(parts, ", "), "")
 }
-
-func rdmaClass(d *doc) string { return "/sys/class/infiniband" }
 
 func checkPorts(d *doc) {
 	if len(d.devs) == 0 {
@@ -184,7 +182,10 @@ func liveAddrs(netdev string) ([]net.IP, error) {
 }
 
 func checkGIDs(d *doc) {
-	any := false
+	if len(d.devs) == 0 {
+		d.add("gids", Skip, "GID tables", "no RDMA devices", "")
+		return
+	}
 	for _, dev := range d.devs {
 		for _, p := range dev.Ports {
 			name := portName(dev, p)
@@ -196,7 +197,6 @@ func checkGIDs(d *doc) {
 				d.add("gids", Skip, "GIDs of "+name, "InfiniBand: GID index 0 (the port GUID) unless your fabric routes between subnets", "")
 				continue
 			}
-			any = true
 			gids, err := d.fs.GIDs(dev.Name, p.Num)
 			if err != nil {
 				d.add("gids", Fail, "GID table of "+name, "cannot be read: "+err.Error(), "")
@@ -272,9 +272,6 @@ func checkGIDs(d *doc) {
 			d.add("gids", Pass, fmt.Sprintf("RoCE v2 GID index %d (%s) on %s", best.Index, addr, name),
 				"RoCE v2 GIDs "+strings.Join(listed, ", "), "use it: "+use)
 		}
-	}
-	if !any && len(d.devs) == 0 {
-		d.add("gids", Skip, "GID tables", "no RDMA devices", "")
 	}
 }
 
