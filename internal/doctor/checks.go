@@ -269,6 +269,12 @@ func checkGIDs(d *doc) {
 			if v4 := best.IPv4(); v4 != nil {
 				addr = v4.String()
 			}
+			if best.GID.IsLinkLocalUnicast() {
+				d.add("gids", Warn, fmt.Sprintf("only a link-local RoCE v2 GID (index %d) on %s", best.Index, name),
+					"no routable address: peers beyond this link cannot be reached",
+					"give "+nd+" an IP address (ip addr add ADDR/PREFIX dev "+nd+"); the kernel adds its RoCE v2 GID")
+				continue
+			}
 			d.add("gids", Pass, fmt.Sprintf("RoCE v2 GID index %d (%s) on %s", best.Index, addr, name),
 				"RoCE v2 GIDs "+strings.Join(listed, ", "), "use it: "+use)
 		}

@@ -50,6 +50,17 @@ func (s Status) String() string {
 // MarshalText writes the status as PASS, WARN, FAIL or SKIP.
 func (s Status) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
 
+// UnmarshalText reads PASS, WARN, FAIL or SKIP.
+func (s *Status) UnmarshalText(b []byte) error {
+	for _, x := range []Status{Skip, Pass, Warn, Fail} {
+		if string(b) == x.String() {
+			*s = x
+			return nil
+		}
+	}
+	return fmt.Errorf("doctor: unknown status %q", b)
+}
+
 // Result is what one check found about one thing (a module set, a port,
 // a device).
 type Result struct {

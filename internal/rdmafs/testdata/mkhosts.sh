@@ -125,3 +125,11 @@ mlx5 mtu-mismatch
 w hosts/mtu-mismatch/sys/class/net/eth0/mtu 4100
 rm -rf hosts/module-missing/sys/module/ib_uverbs hosts/module-missing/sys/module/rdma_ucm
 rm -rf hosts/none/sys/module/ib_core
+
+# rxe over a netdev without an IPv4 address: only the link-local GIDs.
+base link-local 1500
+modules link-local ib_core ib_uverbs rdma_ucm rdma_rxe
+d=hosts/link-local/sys/class/infiniband/rxe0
+w $d/node_type "1: CA"; w $d/parent eth0
+port $d 1 "4: ACTIVE" "5: LinkUp" "100 Gb/sec (4X EDR)"
+gids $d 1 "0=fe80:0000:0000:0000:0ac0:ebff:fe00:0001@IB/RoCE v1" "1=fe80:0000:0000:0000:0ac0:ebff:fe00:0001@RoCE v2"
