@@ -96,6 +96,41 @@ func checkDevices(d *doc) {
 	d.add("devices", Pass, fmt.Sprintf("%d RDMA device(s)", len(d.devs)), strings.Join(parts, ", "), "")
 }
 
+// checkDevnodes looks for each device's /dev/infiniband/uverbsN (and
+// rdma_cm): present in sysfs but absent here is a container started
+// without the device nodes.
+func checkDevnodes(d *doc) {
+	if len(d.devs) == 0 {
+		d.add("devnodes", Skip, "/dev/infiniband", "no RDMA devices", "")
+		return
+	}
+	var missing, have []string
+	for _, dev := range d.devs {
+		n, ok := d.fs.Uverbs(dev.Name)
+		if !ok {
+			d.add("devnodes", Skip, "/dev/infiniband of "+dev.Name, "ib_uverbs has no node for it (see the modules check)", "")
+			continue
+		}
+		p := "/dev/infiniband/" + n
+		if d.fs.Exists(p) {
+			have = append(have, p+" ("+dev.Name+")")
+		} else {
+			missing = append(missing, p)
+		}
+	}
+	cm := "/dev/infiniband/rdma_cm"
+	if mods, _ := d.fs.Modules(); mods["rdma_ucm"] && !d.fs.Exists(cm) {
+		missing = append(missing, cm)
+	}
+	switch {
+	case len(missing) > 0:
+		d.add("devnodes", Fail, strings.Join(missing, ", ")+" missing", "the kernel has the devices but this (container's) /dev does not: verbs cannot open them",
+			"give the container the nodes: --device=/dev/infiniband (docker) or an RDMA device plugin (Kubernetes); on a host, check udev (rdma-core's rules)")
+	case len(have) > 0:
+		d.add("devnodes", Pass, "/dev/infiniband", strings.Join(have, ", "), "")
+	}
+}
+
 func checkPorts(d *doc) {
 	if len(d.devs) == 0 {
 		d.add("ports", Skip, "port states", "no RDMA devices", "")

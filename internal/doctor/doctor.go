@@ -1,5 +1,5 @@
 // Package doctor checks a host for RDMA and says what to do about each
-// problem: kernel modules, devices and port states, the RoCE v2 GID table,
+// problem: kernel modules, devices, their /dev nodes and port states, the RoCE v2 GID table,
 // MTUs, the memlock limit, the RDMA network namespace mode, CPU frequency
 // governors, NUMA placement of the NICs, hugepages and the firewall. Each
 // check ends PASS, WARN, FAIL or SKIP (not applicable, or not knowable
@@ -64,7 +64,7 @@ func (s *Status) UnmarshalText(b []byte) error {
 // Result is what one check found about one thing (a module set, a port,
 // a device).
 type Result struct {
-	// Check is the check's identifier: modules, devices, ports, gids,
+	// Check is the check's identifier: modules, devices, devnodes, ports, gids,
 	// mtu, memlock, netns, governor, numa, hugepages, firewall.
 	Check  string `json:"check"`
 	Status Status `json:"status"`
@@ -210,7 +210,7 @@ func (d *doc) add(check string, st Status, subject, detail, fix string) {
 }
 
 var checks = []func(*doc){
-	checkModules, checkDevices, checkPorts, checkGIDs, checkMTU, checkMemlock,
+	checkModules, checkDevices, checkDevnodes, checkPorts, checkGIDs, checkMTU, checkMemlock,
 	checkNetns, checkGovernor, checkNUMA, checkHugepages, checkFirewall,
 }
 

@@ -45,11 +45,11 @@ func TestHealthyHosts(t *testing.T) {
 		host string
 		want map[string]Status
 	}{
-		{"mlx5-healthy", map[string]Status{"modules": Pass, "devices": Pass, "ports": Pass, "gids": Pass, "mtu": Pass,
+		{"mlx5-healthy", map[string]Status{"modules": Pass, "devices": Pass, "devnodes": Pass, "ports": Pass, "gids": Pass, "mtu": Pass,
 			"memlock": Pass, "netns": Pass, "governor": Pass, "numa": Pass, "hugepages": Pass, "firewall": Pass}},
-		{"rxe", map[string]Status{"modules": Pass, "devices": Pass, "ports": Pass, "gids": Pass, "mtu": Warn,
+		{"rxe", map[string]Status{"modules": Pass, "devices": Pass, "devnodes": Pass, "ports": Pass, "gids": Pass, "mtu": Warn,
 			"memlock": Pass, "numa": Pass, "firewall": Pass}},
-		{"siw", map[string]Status{"modules": Pass, "devices": Pass, "ports": Pass, "gids": Skip, "mtu": Skip,
+		{"siw", map[string]Status{"modules": Pass, "devices": Pass, "devnodes": Pass, "ports": Pass, "gids": Skip, "mtu": Skip,
 			"numa": Pass, "firewall": Skip}},
 	} {
 		t.Run(c.host, func(t *testing.T) {
@@ -90,6 +90,8 @@ func TestFaults(t *testing.T) {
 		{"no-rocev2", "gids", Fail, "no RoCE v2 GID on mlx5_0/1", "ip addr add"},
 		{"mtu-mismatch", "mtu", Warn, "RoCE gets 2048", "mtu 4200"},
 		{"none", "devices", Fail, "no RDMA devices", "rdma link add rxe0 type rxe netdev eth0"},
+		{"no-devnodes", "devnodes", Fail, "/dev/infiniband/uverbs0, /dev/infiniband/rdma_cm missing", "--device=/dev/infiniband"},
+		{"module-missing", "devnodes", Skip, "ib_uverbs has no node", ""},
 		{"none", "modules", Fail, "no RDMA in this kernel", "modprobe rdma_rxe"},
 	} {
 		t.Run(c.host+"/"+c.check, func(t *testing.T) {
@@ -191,7 +193,7 @@ func TestMain_(t *testing.T) {
 		Results []struct{ Check, Status, Subject string }
 		Summary map[string]int
 	}
-	if err := json.Unmarshal(out.Bytes(), &v); err != nil || len(v.Results) < 11 || v.Summary["fail"] != 0 {
+	if err := json.Unmarshal(out.Bytes(), &v); err != nil || len(v.Results) < 12 || v.Summary["fail"] != 0 {
 		t.Fatalf("json: %v %+v", err, v)
 	}
 	out.Reset()
@@ -222,7 +224,7 @@ func TestFormatBytes(t *testing.T) {
 // panics.
 func TestLive(t *testing.T) {
 	r := Run(Options{Ruleset: func() (string, error) { return "", nil }})
-	if len(r.Results) < 11 {
+	if len(r.Results) < 12 {
 		t.Errorf("%d results", len(r.Results))
 	}
 	var b bytes.Buffer

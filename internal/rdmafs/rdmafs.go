@@ -391,3 +391,20 @@ func (f FS) Modules() (mods map[string]bool, ok bool) {
 	}
 	return mods, ok
 }
+
+// Uverbs returns the name of the user-space verbs node of an RDMA device
+// ("uverbs0": /dev/infiniband/uverbs0), from /sys/class/infiniband_verbs.
+// ok is false when ib_uverbs has no node for it (not loaded, or the
+// class directory is absent).
+func (f FS) Uverbs(dev string) (name string, ok bool) {
+	names, _ := f.names("sys/class/infiniband_verbs")
+	for _, n := range names {
+		if !strings.HasPrefix(n, "uverbs") {
+			continue
+		}
+		if ib, err := f.ReadString("sys/class/infiniband_verbs/" + n + "/ibdev"); err == nil && ib == dev {
+			return n, true
+		}
+	}
+	return "", false
+}

@@ -55,6 +55,12 @@ port() { # $1 device dir, $2 port, $3 state, $4 phys, $5 rate
 	w $pd/counters/port_rcv_packets 4343
 }
 
+devnodes() { # $1 host, $2 device: uverbs0 and rdma_cm (empty files stand for the nodes)
+	w hosts/$1/sys/class/infiniband_verbs/uverbs0/ibdev $2
+	w hosts/$1/dev/infiniband/uverbs0 ""; : >hosts/$1/dev/infiniband/uverbs0
+	: >hosts/$1/dev/infiniband/rdma_cm
+}
+
 healthy_gids() {
 	gids $1 1 "0=fe80:0000:0000:0000:0ac0:ebff:fe00:0001@IB/RoCE v1" "1=fe80:0000:0000:0000:0ac0:ebff:fe00:0001@RoCE v2" \
 		"2=0000:0000:0000:0000:0000:ffff:0a00:0001@IB/RoCE v1" "3=0000:0000:0000:0000:0000:ffff:0a00:0001@RoCE v2"
@@ -65,6 +71,7 @@ mlx5() { # $1 host
 	base $1 9000
 	modules $1 ib_core ib_uverbs rdma_ucm rdma_cm ib_cm mlx5_core mlx5_ib
 	w $d/node_type "1: CA"; w $d/fw_ver 28.39.1002; w $d/hca_type MT4125
+	devnodes $1 mlx5_0
 	w $d/device/numa_node 1
 	w $d/device/net/eth0/ifindex 2
 	ln -s ../../../../../../bus/pci/drivers/mlx5_core $d/device/driver
@@ -86,6 +93,7 @@ base rxe 1500
 modules rxe ib_core ib_uverbs rdma_ucm rdma_rxe ip6_udp_tunnel udp_tunnel
 d=hosts/rxe/sys/class/infiniband/rxe0
 w $d/node_type "1: CA"; w $d/fw_ver 0.0.0; w $d/parent eth0
+devnodes rxe rxe0
 w hosts/rxe/sys/class/net/eth0/device/numa_node 0
 port $d 1 "4: ACTIVE" "5: LinkUp" "100 Gb/sec (4X EDR)"
 healthy_gids $d
@@ -100,6 +108,7 @@ base siw 1500
 modules siw ib_core ib_uverbs rdma_ucm rdma_cm iw_cm siw
 d=hosts/siw/sys/class/infiniband/siw0
 w $d/node_type "4: RNIC"; w $d/parent eth0
+devnodes siw siw0
 port $d 1 "4: ACTIVE" "5: LinkUp" "10 Gb/sec (4X SDR)"
 w $d/ports/1/gids/0 0ac0:ebff:fe00:0000:0000:0000:0000:0000
 w hosts/siw/sys/class/net/eth0/device/numa_node 0
@@ -126,10 +135,16 @@ w hosts/mtu-mismatch/sys/class/net/eth0/mtu 4100
 rm -rf hosts/module-missing/sys/module/ib_uverbs hosts/module-missing/sys/module/rdma_ucm
 rm -rf hosts/none/sys/module/ib_core
 
+# A container without /dev/infiniband (sysfs shows the devices).
+mlx5 no-devnodes
+rm -rf hosts/no-devnodes/dev
+
 # rxe over a netdev without an IPv4 address: only the link-local GIDs.
 base link-local 1500
 modules link-local ib_core ib_uverbs rdma_ucm rdma_rxe
 d=hosts/link-local/sys/class/infiniband/rxe0
 w $d/node_type "1: CA"; w $d/parent eth0
+devnodes link-local rxe0
 port $d 1 "4: ACTIVE" "5: LinkUp" "100 Gb/sec (4X EDR)"
 gids $d 1 "0=fe80:0000:0000:0000:0ac0:ebff:fe00:0001@IB/RoCE v1" "1=fe80:0000:0000:0000:0ac0:ebff:fe00:0001@RoCE v2"
+rm -rf hosts/module-missing/sys/class/infiniband_verbs hosts/module-missing/dev/infiniband/uverbs0
