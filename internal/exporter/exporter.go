@@ -18,7 +18,9 @@
 //     rdma_port_info (1, with state, phys_state, link_layer, rate and
 //     netdev labels);
 //
-// all with device and port labels; and rdma_device_info (1, with driver,
+// all with device and port labels; rdma_device_hw_<name>_total, the
+// device-wide driver counters some drivers have (DEV/hw_counters), with
+// a device label; and rdma_device_info (1, with driver,
 // node_type, fw_ver, parent and numa_node labels) per device, and
 // rdma_exporter_read_errors, the files of the last scrape that could not
 // be read. Names are the sysfs names in lower case with anything but
@@ -84,6 +86,15 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	for _, d := range devs {
 		ch <- prometheus.MustNewConstMetric(descDevInfo, prometheus.GaugeValue, 1,
 			d.Name, d.Driver, d.NodeType, d.FWVer, d.Parent, strconv.Itoa(d.NUMANode))
+		vals, bad, err := c.fs.DeviceCounters(d.Name)
+		errs += bad
+		if err != nil {
+			errs++
+		}
+		for name, v := range vals {
+			desc := prometheus.NewDesc(MetricName("rdma_device_hw_", name), fmt.Sprintf("Device-wide driver counter %s (sysfs DEV/hw_counters).", name), []string{"device"}, nil)
+			ch <- prometheus.MustNewConstMetric(desc, prometheus.CounterValue, float64(v), d.Name)
+		}
 		for _, p := range d.Ports {
 			port := strconv.Itoa(p.Num)
 			ch <- prometheus.MustNewConstMetric(descState, prometheus.GaugeValue, float64(p.StateNum), d.Name, port)

@@ -43,6 +43,9 @@ rdma_port_info{device="mlx5_0",link_layer="Ethernet",netdev="eth0",phys_state="L
 # HELP rdma_device_info RDMA device description; the value is 1.
 # TYPE rdma_device_info gauge
 rdma_device_info{device="mlx5_0",driver="mlx5_ib",fw_ver="28.39.1002",node_type="CA",numa_node="1",parent=""} 1
+# HELP rdma_device_hw_num_system_events_total Device-wide driver counter num_system_events (sysfs DEV/hw_counters).
+# TYPE rdma_device_hw_num_system_events_total counter
+rdma_device_hw_num_system_events_total{device="mlx5_0"} 2
 # HELP rdma_exporter_read_errors Counter files that could not be read or parsed in this scrape.
 # TYPE rdma_exporter_read_errors gauge
 rdma_exporter_read_errors 0
@@ -50,12 +53,12 @@ rdma_exporter_read_errors 0
 	if err := testutil.CollectAndCompare(c, strings.NewReader(want),
 		"rdma_hw_np_cnp_sent_total", "rdma_hw_rp_cnp_handled_total", "rdma_port_xmit_data_total",
 		"rdma_port_state", "rdma_port_rate_bits_per_second", "rdma_port_info", "rdma_device_info",
-		"rdma_exporter_read_errors"); err != nil {
+		"rdma_exporter_read_errors", "rdma_device_hw_num_system_events_total"); err != nil {
 		t.Error(err)
 	}
 	// 8 port counters + 9 hw counters (lifespan is not one) + 4 port
-	// gauges + device info + read errors.
-	if n := testutil.CollectAndCount(c); n != 8+9+4+1+1 {
+	// gauges + device info + 1 device counter + read errors.
+	if n := testutil.CollectAndCount(c); n != 8+9+4+1+1+1 {
 		t.Errorf("%d metrics", n)
 	}
 	problems, err := testutil.CollectAndLint(c)

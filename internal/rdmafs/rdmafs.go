@@ -347,7 +347,17 @@ func (f FS) NetdevMTU(netdev string) (int, error) {
 // port counters) or "hw_counters" (the driver's). A counter that cannot
 // be read or parsed is left out and counted in unreadable.
 func (f FS) Counters(dev string, port int, kind string) (vals map[string]uint64, unreadable int, err error) {
-	dir := fmt.Sprintf("%s/%s/ports/%d/%s", ClassDir, dev, port, kind)
+	return f.counters(fmt.Sprintf("%s/%s/ports/%d/%s", ClassDir, dev, port, kind))
+}
+
+// DeviceCounters returns the device-wide driver counters
+// (/sys/class/infiniband/DEV/hw_counters, which some drivers have besides
+// the ports'), as Counters does.
+func (f FS) DeviceCounters(dev string) (vals map[string]uint64, unreadable int, err error) {
+	return f.counters(ClassDir + "/" + dev + "/hw_counters")
+}
+
+func (f FS) counters(dir string) (vals map[string]uint64, unreadable int, err error) {
 	names, err := f.names(dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, 0, nil

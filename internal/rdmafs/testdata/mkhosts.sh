@@ -84,6 +84,8 @@ mlx5() { # $1 host
 	w $d/ports/1/hw_counters/rp_cnp_handled 5
 	w $d/ports/1/hw_counters/out_of_sequence 3
 	w $d/ports/1/hw_counters/lifespan 10
+	w $d/hw_counters/num_system_events 2
+	w $d/hw_counters/lifespan 10
 }
 
 mlx5 mlx5-healthy
