@@ -6,6 +6,7 @@ package main
 
 import (
 	"errors"
+	"sync"
 
 	"github.com/rdmakit/rdmakit/internal/doctor"
 	"github.com/rdmakit/rdmakit/verbs"
@@ -17,11 +18,17 @@ func init() {
 	})
 }
 
+// verbsDevices lists the linked transports' devices once (opening an
+// ibverbs device to query it is not free).
+var verbsDevices = sync.OnceValue(func() []verbs.DeviceInfo {
+	devs, _ := verbs.Devices()
+	return devs
+})
+
 // verbsPortMTU returns the active MTU of an RDMA device's port as the
 // linked ibverbs transport reports it.
 func verbsPortMTU(dev string, port int) (int, error) {
-	devs, _ := verbs.Devices()
-	for _, d := range devs {
+	for _, d := range verbsDevices() {
 		if d.Name != dev || d.Transport != "ibverbs" {
 			continue
 		}
