@@ -29,19 +29,37 @@ func checkModules(d *doc) {
 			missing = append(missing, m)
 		}
 	}
+	// A device's driver is there (it registered the device, as a module
+	// or built in); an RDMA-capable NIC without its RDMA driver is not.
 	drivers := map[string]bool{}
 	var drvList []string
 	for _, dev := range d.devs {
 		if dev.Driver != "" && !drivers[dev.Driver] {
 			drivers[dev.Driver] = true
 			drvList = append(drvList, dev.Driver)
-			if !mods[dev.Driver] {
-				missing = append(missing, dev.Driver)
-			}
 		}
 	}
 	sort.Strings(drvList)
+	capable := d.fs.CapableNetdevs()
+	var nics []string
+	for nd := range capable {
+		nics = append(nics, nd)
+	}
+	sort.Strings(nics)
+	var missingDrv []string
+	for _, nd := range nics {
+		ib := capable[nd]
+		if !mods[ib] && !drivers[ib] {
+			missing = append(missing, ib)
+			missingDrv = append(missingDrv, nd+" ("+ib+")")
+			drivers[ib] = true
+		}
+	}
 	switch {
+	case len(missingDrv) > 0:
+		d.add("modules", Fail, "kernel modules "+strings.Join(missing, ", ")+" missing",
+			"RDMA-capable NICs without their RDMA driver: "+strings.Join(missingDrv, ", "),
+			"modprobe "+strings.Join(missing, " && modprobe ")+" (and list them in /etc/modules-load.d/rdma.conf; rdma-core's rdma-load-modules does it at boot)")
 	case len(missing) == 0:
 		d.add("modules", Pass, "kernel modules", "ib_core, ib_uverbs, rdma_ucm"+listPrefix(", ", drvList)+" loaded", "")
 	case !mods["ib_core"] && len(d.devs) == 0:
@@ -76,6 +94,22 @@ func checkDevices(d *doc) {
 		return
 	}
 	if len(d.devs) == 0 {
+		if capable := d.fs.CapableNetdevs(); len(capable) > 0 {
+			var nds, mods []string
+			seen := map[string]bool{}
+			for nd, ib := range capable {
+				nds = append(nds, nd)
+				if !seen[ib] {
+					seen[ib] = true
+					mods = append(mods, ib)
+				}
+			}
+			sort.Strings(nds)
+			sort.Strings(mods)
+			d.add("devices", Fail, "no RDMA devices", "/sys/class/infiniband is empty, but "+strings.Join(nds, ", ")+" can do RDMA",
+				"load the NIC's RDMA driver: modprobe "+strings.Join(mods, " && modprobe "))
+			return
+		}
 		nd := d.defaultNetdev()
 		d.add("devices", Fail, "no RDMA devices", "/sys/class/infiniband is empty or absent",
 			"add a Soft-RoCE device: modprobe rdma_rxe && rdma link add rxe0 type rxe netdev "+nd+

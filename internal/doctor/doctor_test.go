@@ -92,6 +92,8 @@ func TestFaults(t *testing.T) {
 		{"none", "devices", Fail, "no RDMA devices", "rdma link add rxe0 type rxe netdev eth0"},
 		{"no-devnodes", "devnodes", Fail, "/dev/infiniband/uverbs0, /dev/infiniband/rdma_cm missing", "--device=/dev/infiniband"},
 		{"module-missing", "devnodes", Skip, "ib_uverbs has no node", ""},
+		{"driver-missing", "modules", Fail, "RDMA-capable NICs without their RDMA driver: eth0", "modprobe mlx5_ib"},
+		{"driver-missing", "devices", Fail, "eth0 can do RDMA", "modprobe mlx5_ib"},
 		{"none", "modules", Fail, "no RDMA in this kernel", "modprobe rdma_rxe"},
 	} {
 		t.Run(c.host+"/"+c.check, func(t *testing.T) {

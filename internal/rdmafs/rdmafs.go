@@ -418,3 +418,21 @@ func (f FS) Uverbs(dev string) (name string, ok bool) {
 	}
 	return "", false
 }
+
+// CapableNetdevs returns the network devices whose PCI driver has an RDMA
+// driver beside it (eth0 on mlx5_core: mlx5_ib), as netdev → RDMA driver
+// module, from /sys/class/net/*/device/driver.
+func (f FS) CapableNetdevs() map[string]string {
+	out := map[string]string{}
+	names, _ := f.names("sys/class/net")
+	for _, n := range names {
+		l, err := os.Readlink(f.Path("sys/class/net/" + n + "/device/driver"))
+		if err != nil {
+			continue
+		}
+		if ib, ok := ibDriverOf[filepath.Base(l)]; ok {
+			out[n] = ib
+		}
+	}
+	return out
+}

@@ -84,3 +84,12 @@ func TestModulesAndRate(t *testing.T) {
 		}
 	}
 }
+
+func TestCapableNetdevs(t *testing.T) {
+	if c := host("driver-missing").CapableNetdevs(); len(c) != 1 || c["eth0"] != "mlx5_ib" {
+		t.Errorf("%v", c)
+	}
+	if c := host("rxe").CapableNetdevs(); len(c) != 0 {
+		t.Errorf("%v", c)
+	}
+}

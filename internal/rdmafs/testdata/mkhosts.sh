@@ -150,3 +150,9 @@ devnodes link-local rxe0
 port $d 1 "4: ACTIVE" "5: LinkUp" "100 Gb/sec (4X EDR)"
 gids $d 1 "0=fe80:0000:0000:0000:0ac0:ebff:fe00:0001@IB/RoCE v1" "1=fe80:0000:0000:0000:0ac0:ebff:fe00:0001@RoCE v2"
 rm -rf hosts/module-missing/sys/class/infiniband_verbs hosts/module-missing/dev/infiniband/uverbs0
+
+# A ConnectX NIC (eth0 on mlx5_core) without mlx5_ib: no RDMA device.
+base driver-missing 9000
+modules driver-missing ib_core ib_uverbs rdma_ucm mlx5_core
+mkdir -p hosts/driver-missing/sys/class/net/eth0/device
+ln -s ../../../../bus/pci/drivers/mlx5_core hosts/driver-missing/sys/class/net/eth0/device/driver
