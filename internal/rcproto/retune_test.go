@@ -27,7 +27,7 @@ func TestRetune(t *testing.T) {
 		t.Fatal("timed out with the infinite timeout")
 	}
 	r.Retune(10, 0, 7, time.Hour)
-	if !failed(r.Tick(time.Hour+time.Second)) {
+	if !failed(r.Tick(time.Hour + time.Second)) {
 		t.Fatal("no timeout after a finite one was set again")
 	}
 }

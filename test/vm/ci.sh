@@ -45,7 +45,7 @@ export CGO_ENABLED=1
 
 say "booting the guest"
 set +e
-bash "$HERE/run.sh" -t "${CI_VM_TIMEOUT:-780}" -m 3G -w "$WORK" -e CI_QUICK="${CI_QUICK:-0}" -e CI_RUN="${CI_RUN:-}" -e CI_LOG="$WORK/logs" \
+bash "$HERE/run.sh" -t "${CI_VM_TIMEOUT:-780}" -m 3G -w "$WORK" -e CI_QUICK="${CI_QUICK:-0}" -e CI_RUN="${CI_RUN:-}" -e CI_COUNT="${CI_COUNT:-}" -e CI_LOG="$WORK/logs" \
   -- bash "$WORK/ci-guest.sh" 2>&1 | tee "$WORK/guest.txt"
 rc=${PIPESTATUS[0]}
 set -e

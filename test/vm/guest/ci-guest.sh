@@ -8,7 +8,8 @@
 # optionally rdmakit (built with -tags ibverbs), coll-perf.sh, interop.sh
 # and perftest-interop.sh.
 # Env: CI_QUICK=1 runs the conformance suite on one-process mode only;
-# CI_RUN=PATTERN runs only the go tests matching PATTERN, nothing else.
+# CI_RUN=PATTERN runs only the go tests matching PATTERN, nothing else;
+# CI_COUNT=N runs each N times (hunting a flaky case).
 set -uo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 PASS=0; FAIL=0; SKIP=0
@@ -29,7 +30,7 @@ if [[ -x ./ibverbs.test ]]; then
   run=""
   [[ ${CI_QUICK:-0} == 1 ]] && run='-test.run=TestDevices|TestBadInput|TestNoAllocs|TestConformance/.*/one-process'
   [[ -n ${CI_RUN:-} ]] && run="-test.run=$CI_RUN"
-  ./ibverbs.test -test.v -test.timeout 720s ${run:+"$run"} > "$LOG/ibverbs-test.txt" 2>&1; rc=$?
+  ./ibverbs.test -test.v -test.timeout 720s ${run:+"$run"} ${CI_COUNT:+-test.count=$CI_COUNT} > "$LOG/ibverbs-test.txt" 2>&1; rc=$?
   # one RESULT per top-level test and per device of TestConformance
   while read -r st name rest; do
     case $st in PASS) result ok "go test $name" "$rest" ;; FAIL) result FAIL "go test $name" "$rest" ;; SKIP) result skip "go test $name" "$rest" ;; esac
