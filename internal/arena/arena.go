@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/rdmakit/rdmakit/internal/sys"
@@ -72,6 +73,13 @@ func New(name string, size int) (*Arena, error) {
 		return nil, err
 	}
 	mem, err := sys.MapShared(fd, size)
+	for err != nil && errors.Is(err, syscall.ENOMEM) && releaseOldest() {
+		// Closed arenas still in their grace period hold the address
+		// space (their spans in use fragment it): wait for the oldest to
+		// go, then try again, rather than fail because of contexts
+		// already closed.
+		mem, err = sys.MapShared(fd, size)
+	}
 	if err != nil {
 		sys.Close(fd)
 		return nil, err
@@ -203,12 +211,65 @@ func (a *Arena) Close() error {
 		used = append(used, a.Mem[at:a.Size])
 	}
 	a.free = nil
-	time.AfterFunc(closeGrace, func() {
-		for _, u := range used {
+	quarantine(used)
+	return nil
+}
+
+// Closed arenas' spans in use wait out closeGrace in a process-wide FIFO;
+// quarantineMu guards it.
+var (
+	quarantineMu sync.Mutex
+	quarantined  []*held
+)
+
+// held is one closed arena's spans in use and when they may go.
+type held struct {
+	spans [][]byte
+	at    time.Time
+	once  sync.Once
+}
+
+func (h *held) release() {
+	h.once.Do(func() {
+		for _, u := range h.spans {
 			sys.Unmap(u)
 		}
 	})
-	return nil
+}
+
+// quarantine keeps spans mapped for closeGrace, then unmaps them.
+func quarantine(spans [][]byte) {
+	h := &held{spans: spans, at: time.Now().Add(closeGrace)}
+	quarantineMu.Lock()
+	quarantined = append(quarantined, h)
+	quarantineMu.Unlock()
+	time.AfterFunc(closeGrace, func() {
+		h.release()
+		quarantineMu.Lock()
+		for i, x := range quarantined {
+			if x == h {
+				quarantined = append(quarantined[:i], quarantined[i+1:]...)
+				break
+			}
+		}
+		quarantineMu.Unlock()
+	})
+}
+
+// releaseOldest waits until the oldest quarantined arena's grace period
+// ends and unmaps its spans; false when none is left.
+func releaseOldest() bool {
+	quarantineMu.Lock()
+	if len(quarantined) == 0 {
+		quarantineMu.Unlock()
+		return false
+	}
+	h := quarantined[0]
+	quarantined = quarantined[1:]
+	quarantineMu.Unlock()
+	time.Sleep(time.Until(h.at))
+	h.release()
+	return true
 }
 
 // closeGrace is how long a closed arena's addresses stay mapped.

@@ -82,13 +82,10 @@ func TestDefaultSizeMapsAnon(t *testing.T) {
 
 // Closed arenas give their address space back at once, except the spans
 // still in use (kept mapped for the grace period): Open/Close churn never
-// exhausts the address space. 4000 default-size arenas are 250 TiB of
-// reservations, more than a 47-bit address space holds.
+// exhausts the address space. 2100 default-size arenas are 131 TiB of
+// reservations, more than a 47-bit address space (128 TiB) holds.
 func TestCloseChurnReleasesAddressSpace(t *testing.T) {
-	n := 4000
-	if testing.Short() {
-		n = 2500
-	}
+	n := 2100
 	for i := 0; i < n; i++ {
 		a, err := New("churn", DefaultSize)
 		if err != nil {
