@@ -211,15 +211,33 @@ func (qc *qpConn) complete() {
 			}
 			var err error
 			if wc.Status != verbs.StatusSuccess {
-				err = wc.Err()
-				if wc.Status == verbs.StatusWRFlush {
-					err = fmt.Errorf("%w: node %q: %v (%w)", ErrPeerLost, qc.p.key.node, qc.cause(), err)
-				}
-				qc.p.n.forget(qc.p.key.node)
+				err = qc.failure(&wc)
 			}
 			sl.b.sliceDone(sl.req, 1, err)
 		}
 	}
+}
+
+// failure returns the cause of a failed completion and, the QP being in
+// ERROR now, retires the peer: the next request reconnects.
+func (qc *qpConn) failure(wc *verbs.WorkCompletion) error {
+	p := qc.p
+	err := wc.Err()
+	switch wc.Status {
+	case verbs.StatusWRFlush, verbs.StatusRetryExceeded, verbs.StatusRNRRetryExceeded, verbs.StatusResponseTimeout:
+		if cerr := qc.c.Err(); cerr != nil {
+			err = fmt.Errorf("%w: node %q: %v (%w)", ErrPeerLost, p.key.node, cerr, err)
+		} else if wc.Status != verbs.StatusWRFlush {
+			err = fmt.Errorf("%w: node %q: %w", ErrPeerLost, p.key.node, err)
+		}
+	}
+	p.n.forget(p.key.node)
+	if !p.dead.Swap(true) {
+		n := p.n
+		n.wg.Add(1)
+		go func() { defer n.wg.Done(); n.dropPeer(p) }()
+	}
+	return err
 }
 
 // watch closes the peer when cm reports the connection gone.
@@ -227,11 +245,13 @@ func (qc *qpConn) watch() {
 	defer qc.wg.Done()
 	select {
 	case <-qc.c.Done():
-		qc.p.dead.Store(true)
-		qc.p.n.forget(qc.p.key.node)
-		n := qc.p.n
-		n.wg.Add(1)
-		go func() { defer n.wg.Done(); n.dropPeer(qc.p) }()
+		p := qc.p
+		p.n.forget(p.key.node)
+		if !p.dead.Swap(true) {
+			n := p.n
+			n.wg.Add(1)
+			go func() { defer n.wg.Done(); n.dropPeer(p) }()
+		}
 	case <-qc.ctx.Done():
 	}
 }

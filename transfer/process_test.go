@@ -1,0 +1,136 @@
+package transfer
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rdmakit/rdmakit/internal/reexec"
+)
+
+// A child node: reexec role "transfer-node" with the metadata address, its
+// name and the size of the segment "seg-NAME" it allocates (bytes i*7+1).
+// It prints "ready" and serves until its standard input ends.
+func init() {
+	reexec.Register("transfer-node", func(args []string) int {
+		size, _ := strconv.Atoi(args[2])
+		ctx := context.Background()
+		n, err := New(ctx, Config{Name: args[1], MetadataAddr: args[0], Devices: []string{"tcp0"}, Secret: secret,
+			ArenaSize: 1 << 30, LeaseTTL: time.Second, PeerTimeout: time.Second})
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "child:", err)
+			return 1
+		}
+		defer n.Close()
+		mr, err := n.AllocSegment(ctx, "seg-"+args[1], size)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "child:", err)
+			return 1
+		}
+		fill(mr.Bytes(), 1)
+		fmt.Println("ready")
+		io.Copy(io.Discard, os.Stdin)
+		return 0
+	})
+}
+
+// TestNodeKilledMidBatch: of two child nodes, one is stopped while a batch
+// reads from both and then killed; its requests fail with ErrPeerLost
+// within a bound, the other's complete, and its segment leaves the table
+// within its lease.
+func TestNodeKilledMidBatch(t *testing.T) {
+	ctx := context.Background()
+	a, err := New(ctx, Config{Name: "a", Devices: []string{"tcp0"}, Secret: secret, ArenaSize: 1 << 30, PeerTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	const size = 8 << 20
+	start := func(name string) (*os.Process, io.Closer) {
+		cmd := reexec.Command("transfer-node", []string{a.Addr(), name, strconv.Itoa(size)})
+		in, _ := cmd.StdinPipe()
+		out, _ := cmd.StdoutPipe()
+		cmd.Stderr = os.Stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		line, _ := bufio.NewReader(out).ReadString('\n')
+		if line != "ready\n" {
+			cmd.Process.Kill()
+			cmd.Wait()
+			t.Fatalf("child %s: %q", name, line)
+		}
+		t.Cleanup(func() { in.Close(); cmd.Wait() })
+		return cmd.Process, in
+	}
+	start("b")
+	pc, _ := start("c")
+	defer pc.Kill()
+
+	buf, _ := a.AllocMR(2 * size)
+	// Connect to both first.
+	b, err := a.Submit(ctx, []Request{{Local: buf, Segment: "seg-b", Length: 4096}, {Local: buf, LocalOffset: size, Segment: "seg-c", Length: 4096}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	pc.Signal(syscall.SIGSTOP)
+	var reqs []Request
+	for i := 0; i < 8; i++ {
+		reqs = append(reqs, Request{Local: buf, LocalOffset: i << 20, Segment: "seg-b", Offset: uint64(i) << 20, Length: 1 << 20})
+		reqs = append(reqs, Request{Local: buf, LocalOffset: size + i<<20, Segment: "seg-c", Offset: uint64(i) << 20, Length: 1 << 20})
+	}
+	b, err = a.Submit(ctx, reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	killed := time.Now()
+	pc.Kill()
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	err = b.Wait(wctx)
+	if took := time.Since(killed); took > 5*time.Second || errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("batch took %v after the kill: %v", took, err)
+	}
+	for i, r := range reqs {
+		s, cause := b.Status(i)
+		switch r.Segment {
+		case "seg-b":
+			if s != Completed {
+				t.Errorf("request %d to the live node: %v %v", i, s, cause)
+			}
+		case "seg-c":
+			if s != Failed || !errors.Is(cause, ErrPeerLost) {
+				t.Errorf("request %d to the killed node: %v %v", i, s, cause)
+			}
+		}
+	}
+	if !errors.Is(err, ErrTransfer) || !errors.Is(err, ErrPeerLost) {
+		t.Errorf("Wait: %v", err)
+	}
+	// The killed node's segment disappears within its lease (1 s).
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		_, err := a.OpenSegment(ctx, "seg-c")
+		if errors.Is(err, ErrNoSegment) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("seg-c still there: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if _, err := a.OpenSegment(ctx, "seg-b"); err != nil {
+		t.Fatalf("seg-b: %v", err)
+	}
+}
