@@ -9,7 +9,9 @@ package transfer
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -172,6 +174,12 @@ func (qc *qpConn) post(ctx context.Context, b *Batch, req int, op verbs.Opcode, 
 	qc.sge[0] = sge
 	qc.wr[0] = verbs.SendWR{ID: uint64(s), Opcode: op, Flags: verbs.SendSignaled, SGL: qc.sge[:], RemoteAddr: raddr, RKey: rkey}
 	err := qc.c.QP().PostSend(qc.wr[:])
+	for try := 0; errors.Is(err, verbs.ErrQueueFull) && try < 1000; try++ {
+		// A completion seen before its entry left the queue (see
+		// cmOptions): a moment later it has.
+		runtime.Gosched()
+		err = qc.c.QP().PostSend(qc.wr[:])
+	}
 	qc.postMu.Unlock()
 	if err != nil {
 		qc.mu.Lock()
