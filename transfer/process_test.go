@@ -1,3 +1,5 @@
+//go:build linux
+
 package transfer
 
 import (
@@ -7,7 +9,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -84,6 +88,7 @@ func TestNodeKilledMidBatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	pc.Signal(syscall.SIGSTOP)
+	waitStopped(t, pc.Pid)
 	var reqs []Request
 	for i := 0; i < 8; i++ {
 		reqs = append(reqs, Request{Local: buf, LocalOffset: i << 20, Segment: "seg-b", Offset: uint64(i) << 20, Length: 1 << 20})
@@ -132,5 +137,29 @@ func TestNodeKilledMidBatch(t *testing.T) {
 	}
 	if _, err := a.OpenSegment(ctx, "seg-b"); err != nil {
 		t.Fatalf("seg-b: %v", err)
+	}
+}
+
+// waitStopped waits until every thread of process pid is stopped (state T
+// in /proc), so that it serves nothing more.
+func waitStopped(t *testing.T, pid int) {
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", pid))
+		stopped := len(tasks) > 0
+		for _, f := range tasks {
+			b, err := os.ReadFile(f)
+			i := strings.LastIndexByte(string(b), ')')
+			if err != nil || i < 0 || i+2 >= len(b) || b[i+2] != 'T' {
+				stopped = false
+			}
+		}
+		if stopped {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("child did not stop")
+		}
+		time.Sleep(time.Millisecond)
 	}
 }

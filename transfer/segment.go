@@ -7,7 +7,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"syscall"
 
 	"github.com/rdmakit/rdmakit/verbs"
 )
@@ -61,7 +60,7 @@ func (s *segment) release() {
 			fb.f.WriteAt(fb.copyBack, 0)
 		}
 		if fb.mapped != nil {
-			syscall.Munmap(fb.mapped)
+			unmapFile(fb.mapped)
 		}
 		fb.f.Close()
 	}
@@ -157,10 +156,12 @@ func (n *Node) AllocSegment(ctx context.Context, name string, size int) (*verbs.
 // Devices that register caller memory (tcp0, RDMA NICs) serve the file
 // mapped shared: reads come from the page cache, writes go to it. A
 // device that cannot (shm0, whose peers map the node's arena) serves a
-// copy of the file in the node's arena, taken now; a read-write copy is
-// written back to the file when the segment is unregistered or the node
-// closes. So on shm0 a read-write file segment is not coherent with the
-// file until then; read-only file segments are exact either way.
+// copy of the file in the node's arena, taken now (the arena is a memfd
+// its peers map; caller memory cannot be registered there). A read-only
+// file segment is offered both ways. A read-write one is offered through
+// the mapping only when some device maps it (a copy beside it would not be
+// coherent); on a node with shm0 alone it is the copy, written back to the
+// file when the segment is unregistered or the node closes.
 func (n *Node) RegisterFileSegment(ctx context.Context, name, path string, readOnly bool) (err error) {
 	if err := n.validName(name); err != nil {
 		return err
@@ -185,46 +186,59 @@ func (n *Node) RegisterFileSegment(ctx context.Context, name, path string, readO
 			s.release()
 		}
 	}()
-	acc := verbs.AccessLocalWrite | verbs.AccessRemoteRead
-	prot := syscall.PROT_READ
+	acc := verbs.AccessRemoteRead
 	if !readOnly {
-		acc |= verbs.AccessRemoteWrite
-		prot |= syscall.PROT_WRITE
+		acc |= verbs.AccessLocalWrite | verbs.AccessRemoteWrite
+	}
+	mapAny := false
+	for _, d := range n.devs {
+		mapAny = mapAny || (d.canReg && canMap)
 	}
 	for _, d := range n.devs {
 		var x *verbs.MR
-		if d.canReg {
+		switch {
+		case d.canReg && canMap:
 			if s.file.mapped == nil {
-				m, err := syscall.Mmap(int(f.Fd()), 0, size, prot, syscall.MAP_SHARED)
+				m, err := mapFile(f, size, !readOnly)
 				if err != nil {
 					return fmt.Errorf("transfer: mapping %s: %w", path, err)
 				}
 				s.file.mapped = m
 			}
-			// A read-only mapping cannot take the local-write access a
-			// registration asks for on every transport; tcp only reads it.
 			if x, err = d.pd.RegMR(s.file.mapped, acc); err != nil {
 				return fmt.Errorf("transfer: registering %s with %s: %w", path, d.name, err)
 			}
-		} else {
-			if s.mr == nil {
-				if s.mr, err = d.pd.AllocMR(size, acc); err != nil {
-					return fmt.Errorf("transfer: file segment copy: %w", err)
-				}
-				s.owned = true
-				if _, err := f.ReadAt(s.mr.Bytes(), 0); err != nil {
-					return fmt.Errorf("transfer: reading %s: %w", path, err)
-				}
-				if !readOnly {
-					s.file.copyBack = s.mr.Bytes()
-				}
+			s.regs = append(s.regs, x)
+		case mapAny && !readOnly:
+			// A copy beside the mapping would not be coherent with it:
+			// peers reach a read-write file through the mapping only.
+			continue
+		case s.mr != nil:
+			// The copy lives in another device's arena.
+			if !d.canReg {
+				continue
+			}
+			if x, err = d.pd.RegMR(s.mr.Bytes(), acc); err != nil {
+				return fmt.Errorf("transfer: registering %s's copy with %s: %w", path, d.name, err)
+			}
+			s.regs = append(s.regs, x)
+		default:
+			if s.mr, err = d.pd.AllocMR(size, acc|verbs.AccessLocalWrite); err != nil {
+				return fmt.Errorf("transfer: file segment copy: %w", err)
+			}
+			s.owned = true
+			if _, err := f.ReadAt(s.mr.Bytes(), 0); err != nil {
+				return fmt.Errorf("transfer: reading %s: %w", path, err)
+			}
+			if !readOnly {
+				s.file.copyBack = s.mr.Bytes()
 			}
 			x = s.mr
 		}
-		if x != s.mr {
-			s.regs = append(s.regs, x)
-		}
 		s.desc.Regions = append(s.desc.Regions, Region{Device: d.name, Addr: x.Addr(), RKey: x.RKey()})
+	}
+	if len(s.desc.Regions) == 0 {
+		return fmt.Errorf("%w: no device of this node can serve file %s", ErrNoDevice, path)
 	}
 	return n.publish(ctx, s)
 }

@@ -35,11 +35,14 @@ func TestMain(m *testing.M) {
 func cluster(t *testing.T, dev string, k int) []*Node {
 	t.Helper()
 	ctx := context.Background()
-	cfg := Config{Devices: []string{dev}, Secret: secret, ArenaSize: 1 << 30, LeaseTTL: time.Second, PeerTimeout: time.Second, SliceSize: 64 << 10}
+	cfg := Config{Secret: secret, ArenaSize: 1 << 30, LeaseTTL: time.Second, PeerTimeout: time.Second, SliceSize: 64 << 10}
 	var nodes []*Node
 	for i := 0; i < k; i++ {
 		c := cfg
 		c.Name = fmt.Sprintf("n%d", i)
+		if dev != "" {
+			c.Devices = []string{dev}
+		}
 		if i > 0 {
 			c.MetadataAddr = nodes[0].Addr()
 		}
@@ -174,8 +177,8 @@ func TestErrors(t *testing.T) {
 
 func TestFileSegment(t *testing.T) {
 	ctx := context.Background()
-	for _, dev := range []string{"shm0", "tcp0"} {
-		t.Run(dev, func(t *testing.T) {
+	for _, dev := range []string{"shm0", "tcp0", ""} {
+		t.Run("devices="+dev, func(t *testing.T) {
 			nodes := cluster(t, dev, 2)
 			data := make([]byte, 3<<20+17)
 			fill(data, 5)
@@ -204,6 +207,13 @@ func TestFileSegment(t *testing.T) {
 			os.WriteFile(path2, data[:4096], 0o600)
 			if err := nodes[0].RegisterFileSegment(ctx, "rw", path2, false); err != nil {
 				t.Fatal(err)
+			}
+			if dev == "" {
+				ro, _ := nodes[1].OpenSegment(ctx, "file")
+				rw, _ := nodes[1].OpenSegment(ctx, "rw")
+				if fmt.Sprint(ro.Devices) != "[shm0 tcp0]" || fmt.Sprint(rw.Devices) != "[tcp0]" || rw.Access != ReadWrite || ro.Access != ReadOnly {
+					t.Fatalf("file segments offered as %+v and %+v", ro, rw)
+				}
 			}
 			copy(buf.Bytes(), "hello")
 			b, err = nodes[1].Submit(ctx, []Request{{Op: Write, Local: buf, Segment: "rw", Offset: 100, Length: 5}})
@@ -256,5 +266,74 @@ func TestConcurrentBatches(t *testing.T) {
 	close(errs)
 	for err := range errs {
 		t.Fatal(err)
+	}
+}
+
+// TestIdleReconnect: connections unused for IdleTimeout close, and the
+// next request connects again.
+func TestIdleReconnect(t *testing.T) {
+	ctx := context.Background()
+	a, err := New(ctx, Config{Name: "a", Devices: []string{"tcp0"}, Secret: secret, ArenaSize: 1 << 30, IdleTimeout: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := New(ctx, Config{Name: "b", Devices: []string{"tcp0"}, Secret: secret, ArenaSize: 1 << 30, MetadataAddr: a.Addr(), IdleTimeout: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	a.AllocSegment(ctx, "s", 4096)
+	buf, _ := b.AllocMR(4096)
+	peers := func() int { b.mu.Lock(); defer b.mu.Unlock(); return len(b.peers) }
+	for round := 0; round < 2; round++ {
+		bt, err := b.Submit(ctx, []Request{{Local: buf, Segment: "s", Length: 4096}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := bt.Wait(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if peers() != 1 {
+			t.Fatalf("round %d: %d peers", round, peers())
+		}
+		deadline := time.Now().Add(2 * time.Second)
+		for peers() != 0 {
+			if time.Now().After(deadline) {
+				t.Fatal("idle connections not closed")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+}
+
+// TestTargetClosedFailsRequests: requests to a node that closed fail (at
+// Submit when its segment is already gone from this node's view, else in
+// the batch with ErrPeerLost), within a bound.
+func TestTargetClosedFailsRequests(t *testing.T) {
+	ctx := context.Background()
+	nodes := cluster(t, "tcp0", 2)
+	nodes[1].AllocSegment(ctx, "t", 8<<20)
+	buf, _ := nodes[0].AllocMR(8 << 20)
+	bt, err := nodes[0].Submit(ctx, []Request{{Local: buf, Segment: "t", Length: 4096}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bt.Wait(ctx)
+	nodes[1].Close()
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	bt, err = nodes[0].Submit(wctx, []Request{{Local: buf, Segment: "t", Length: 8 << 20}})
+	if err == nil {
+		err = bt.Wait(wctx)
+		if !errors.Is(err, ErrPeerLost) && !errors.Is(err, ErrTransfer) {
+			t.Fatalf("batch to a closed node: %v", err)
+		}
+	} else if !errors.Is(err, ErrNoSegment) && !errors.Is(err, ErrNoNode) {
+		t.Fatalf("segment of a closed node: %v", err)
+	}
+	// Its segment is gone from the table at once (Close unregisters).
+	if _, err := nodes[0].OpenSegment(ctx, "t"); !errors.Is(err, ErrNoSegment) {
+		t.Fatalf("OpenSegment after Close: %v", err)
 	}
 }
