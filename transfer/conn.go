@@ -54,6 +54,10 @@ type qpConn struct {
 	wr     [1]verbs.SendWR
 	sge    [1]verbs.SGE
 
+	// firstErr is the first failure on the QP; the completion goroutine
+	// owns it.
+	firstErr error
+
 	// mu guards slots.
 	mu    sync.Mutex
 	slots []slot
@@ -112,7 +116,12 @@ func (n *Node) connect(ctx context.Context, key peerKey, dev *device, addr strin
 		p.touch()
 		n.peers[key] = p
 		n.mu.Unlock()
-		p.err = p.dial(ctx, dev, addr)
+		// Close cancels a dial in progress.
+		dctx, cancel := context.WithCancel(ctx)
+		stop := context.AfterFunc(n.ctx, cancel)
+		p.err = p.dial(dctx, dev, addr)
+		stop()
+		cancel()
 		if p.err != nil {
 			p.dead.Store(true)
 			n.mu.Lock()
@@ -120,16 +129,22 @@ func (n *Node) connect(ctx context.Context, key peerKey, dev *device, addr strin
 				delete(n.peers, key)
 			}
 			n.mu.Unlock()
+			close(p.ready)
 			p.close()
+		} else {
+			close(p.ready)
 		}
-		close(p.ready)
 	} else {
 		n.mu.Unlock()
 	}
 	select {
 	case <-p.ready:
-	case <-ctx.Done():
-		return nil, ctx.Err()
+	default:
+		select {
+		case <-p.ready:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
 	}
 	if p.err != nil {
 		return nil, p.err
@@ -159,6 +174,9 @@ func (p *peer) dial(ctx context.Context, dev *device, addr string) error {
 
 // post posts one slice of request req of b.
 func (qc *qpConn) post(ctx context.Context, b *Batch, req int, op verbs.Opcode, sge verbs.SGE, raddr uint64, rkey uint32) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	var s int
 	select {
 	case s = <-qc.free:
@@ -232,12 +250,20 @@ func (qc *qpConn) failure(wc *verbs.WorkCompletion) error {
 	p := qc.p
 	err := wc.Err()
 	switch wc.Status {
-	case verbs.StatusWRFlush, verbs.StatusRetryExceeded, verbs.StatusRNRRetryExceeded, verbs.StatusResponseTimeout:
-		if cerr := qc.c.Err(); cerr != nil {
-			err = fmt.Errorf("%w: node %q: %v (%w)", ErrPeerLost, p.key.node, cerr, err)
-		} else if wc.Status != verbs.StatusWRFlush {
-			err = fmt.Errorf("%w: node %q: %w", ErrPeerLost, p.key.node, err)
+	case verbs.StatusWRFlush:
+		if qc.firstErr != nil {
+			// Flushed because an earlier work request failed.
+			err = fmt.Errorf("%w, after: %w", err, qc.firstErr)
+		} else if cerr := qc.c.Err(); cerr != nil {
+			err = fmt.Errorf("%w: node %q: %w (%w)", ErrPeerLost, p.key.node, cerr, err)
+		} else {
+			err = fmt.Errorf("%w: node %q: connection closed (%w)", ErrPeerLost, p.key.node, err)
 		}
+	case verbs.StatusRetryExceeded, verbs.StatusRNRRetryExceeded, verbs.StatusResponseTimeout:
+		err = fmt.Errorf("%w: node %q: %w", ErrPeerLost, p.key.node, err)
+	}
+	if qc.firstErr == nil {
+		qc.firstErr = err
 	}
 	p.n.forget(p.key.node)
 	if !p.dead.Swap(true) {
@@ -279,6 +305,7 @@ func (n *Node) dropPeer(p *peer) {
 // goroutines stopped, then closed. Slices that never come back within a
 // second fail with ErrPeerLost.
 func (p *peer) close() {
+	<-p.ready // p.qps is complete
 	p.once.Do(func() {
 		p.dead.Store(true)
 		for _, qc := range p.qps {

@@ -395,10 +395,10 @@ func (n *Node) Close() error {
 		n.meta.DeleteNode(ctx, n.cfg.Name)
 		cancel()
 	}
+	n.cancel() // stops dials in progress, the node's loops, accepted connections
 	for _, p := range peers {
 		p.close()
 	}
-	n.cancel()
 	for _, d := range n.devs {
 		d.ln.Close()
 	}

@@ -337,3 +337,36 @@ func TestTargetClosedFailsRequests(t *testing.T) {
 		t.Fatalf("OpenSegment after Close: %v", err)
 	}
 }
+
+// TestCanceled: requests that Submit could not post because its context
+// ended are Canceled (or Timeout) with the context's error as cause.
+func TestCanceled(t *testing.T) {
+	ctx := context.Background()
+	nodes := cluster(t, "tcp0", 2)
+	nodes[1].AllocSegment(ctx, "c", 1<<20)
+	buf, _ := nodes[0].AllocMR(1 << 20)
+	bt, err := nodes[0].Submit(ctx, []Request{{Local: buf, Segment: "c", Length: 4096}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bt.Wait(ctx)
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	bt, err = nodes[0].Submit(cctx, []Request{{Local: buf, Segment: "c", Length: 1 << 20}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-bt.Done()
+	if s, cause := bt.Status(0); s != Canceled || !errors.Is(cause, context.Canceled) {
+		t.Fatalf("%v %v", s, cause)
+	}
+	dctx, cancel2 := context.WithDeadline(ctx, time.Now().Add(-time.Second))
+	defer cancel2()
+	bt, _ = nodes[0].Submit(dctx, []Request{{Local: buf, Segment: "c", Length: 1 << 20}})
+	if err := bt.Wait(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Wait: %v", err)
+	}
+	if s, _ := bt.Status(0); s != Timeout {
+		t.Fatalf("%v", s)
+	}
+}
