@@ -62,17 +62,22 @@ func Main(args []string) int {
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || (args[0] != "bench" && args[0] != "target") {
+	help := len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help")
+	if !help && (len(args) == 0 || (args[0] != "bench" && args[0] != "target")) {
 		fmt.Fprint(stderr, usage)
-		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
-			return cli.ExitOK
-		}
 		return cli.ExitUsage
 	}
 	c := config{mode: args[0]}
 	fs := flag.NewFlagSet("transfer "+c.mode, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, usage); fs.PrintDefaults() }
+	defer func() {
+		if help {
+			fs.SetOutput(stdout)
+			fmt.Fprint(stdout, usage)
+			fs.PrintDefaults()
+		}
+	}()
 	fs.StringVar(&c.metadata, "metadata", "", "metadata address of the target node (bench; empty: start a target here)")
 	fs.StringVar(&c.listen, "listen", "127.0.0.1:0", "the node's listen address (target: where its metadata service listens)")
 	fs.StringVar(&c.segment, "segment", "bench", "the target's segment name")
@@ -85,10 +90,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&c.bufSize, "buffer-size", 0, "the target segment's size (default: threads × batch-size × block-size, at least 1 MiB)")
 	secretFile := fs.String("secret-file", "", "file holding the shared secret (raw bytes)")
 	fs.BoolVar(&c.insecure, "insecure", false, "run without a secret (trusted networks only)")
+	if help {
+		return cli.ExitOK
+	}
+	fs.Usage = func() {}
 	if err := fs.Parse(args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			help = true
 			return cli.ExitOK
 		}
+		fmt.Fprintln(stderr, "(rdmakit transfer -h lists the flags)")
 		return cli.ExitUsage
 	}
 	if fs.NArg() > 0 || (c.op != "read" && c.op != "write") || c.blockSize <= 0 || c.batchSize <= 0 || c.threads <= 0 || c.duration <= 0 {

@@ -45,3 +45,12 @@ func TestUsage(t *testing.T) {
 		}
 	}
 }
+
+func TestHelp(t *testing.T) {
+	for _, args := range [][]string{{"-h"}, {"bench", "-h"}, {"target", "--help"}} {
+		var out, errb bytes.Buffer
+		if code := run(args, &out, &errb); code != 0 || !strings.Contains(out.String(), "-block-size") {
+			t.Errorf("%q: exit %d, stdout %q", args, code, out.String())
+		}
+	}
+}
