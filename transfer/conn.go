@@ -135,6 +135,7 @@ func (n *Node) connect(ctx context.Context, key peerKey, dev *device, addr strin
 			close(p.ready)
 		}
 	} else {
+		p.touch() // under n.mu: the janitor does not close it now
 		n.mu.Unlock()
 	}
 	select {
@@ -157,7 +158,8 @@ func (p *peer) dial(ctx context.Context, dev *device, addr string) error {
 	for i := 0; i < n.cfg.QPsPerPeer; i++ {
 		c, err := cm.Dial(ctx, addr, n.cmOptions(dev))
 		if err != nil {
-			return fmt.Errorf("transfer: connecting to node %q (%s at %s): %w", p.key.node, dev.name, addr, err)
+			n.forget(p.key.node)
+			return fmt.Errorf("%w: connecting to node %q (%s at %s): %w", ErrPeerLost, p.key.node, dev.name, addr, err)
 		}
 		qc := &qpConn{p: p, c: c, free: make(chan int, n.cfg.QueueDepth), gone: make(chan struct{}), slots: make([]slot, n.cfg.QueueDepth)}
 		for s := 0; s < n.cfg.QueueDepth; s++ {

@@ -30,7 +30,8 @@ var (
 	ErrNoCredential = errors.New("transfer: no credential (set Config.Secret, or Insecure)")
 	// ErrProtocol: a malformed metadata message.
 	ErrProtocol = errors.New("transfer: protocol error")
-	// ErrPeerLost: the connection to the segment's node went away.
+	// ErrPeerLost: the segment's node cannot be reached: connecting to it
+	// failed, or the connection went away.
 	ErrPeerLost = errors.New("transfer: peer lost")
 	// ErrTransfer: a request of a batch did not complete (see RequestError).
 	ErrTransfer = errors.New("transfer: request failed")

@@ -139,10 +139,19 @@ func TestNoAllocPerSlice(t *testing.T) {
 			<-bt.Done()
 		})
 	}
-	allocs(4096)                               // connect
-	one, many := allocs(64<<10), allocs(4<<20) // 1 and 64 slices
-	if many > one+2 {
-		t.Fatalf("%v allocations for 64 slices, %v for 1", many, one)
+	if raceEnabled {
+		t.Skip("the race detector allocates")
 	}
-	t.Logf("allocations per batch: %v (1 slice), %v (64 slices)", one, many)
+	allocs(4096) // connect
+	// Background goroutines (heartbeats, the lease) allocate now and then:
+	// one clean measurement of three is enough.
+	var one, many float64
+	for try := 0; try < 3; try++ {
+		one, many = allocs(64<<10), allocs(4<<20) // 1 and 64 slices
+		if many <= one+2 {
+			t.Logf("allocations per batch: %v (1 slice), %v (64 slices)", one, many)
+			return
+		}
+	}
+	t.Fatalf("%v allocations for 64 slices, %v for 1", many, one)
 }

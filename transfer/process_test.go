@@ -20,13 +20,13 @@ import (
 )
 
 // A child node: reexec role "transfer-node" with the metadata address, its
-// name and the size of the segment "seg-NAME" it allocates (bytes i*7+1).
+// name, its device and the size of the segment "seg-NAME" it allocates (bytes i*7+1).
 // It prints "ready" and serves until its standard input ends.
 func init() {
 	reexec.Register("transfer-node", func(args []string) int {
-		size, _ := strconv.Atoi(args[2])
+		size, _ := strconv.Atoi(args[3])
 		ctx := context.Background()
-		n, err := New(ctx, Config{Name: args[1], MetadataAddr: args[0], Devices: []string{"tcp0"}, Secret: secret,
+		n, err := New(ctx, Config{Name: args[1], MetadataAddr: args[0], Devices: []string{args[2]}, Secret: secret,
 			ArenaSize: 1 << 30, LeaseTTL: time.Second, PeerTimeout: time.Second})
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "child:", err)
@@ -57,25 +57,8 @@ func TestNodeKilledMidBatch(t *testing.T) {
 	}
 	defer a.Close()
 	const size = 8 << 20
-	start := func(name string) (*os.Process, io.Closer) {
-		cmd := reexec.Command("transfer-node", []string{a.Addr(), name, strconv.Itoa(size)})
-		in, _ := cmd.StdinPipe()
-		out, _ := cmd.StdoutPipe()
-		cmd.Stderr = os.Stderr
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		line, _ := bufio.NewReader(out).ReadString('\n')
-		if line != "ready\n" {
-			cmd.Process.Kill()
-			cmd.Wait()
-			t.Fatalf("child %s: %q", name, line)
-		}
-		t.Cleanup(func() { in.Close(); cmd.Wait() })
-		return cmd.Process, in
-	}
-	start("b")
-	pc, _ := start("c")
+	startChild(t, a.Addr(), "b", "tcp0", size)
+	pc := startChild(t, a.Addr(), "c", "tcp0", size)
 	defer pc.Kill()
 
 	buf, _ := a.AllocMR(2 * size)
@@ -161,5 +144,83 @@ func waitStopped(t *testing.T, pid int) {
 			t.Fatal("child did not stop")
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// startChild starts a child node and waits until it is ready; the test's
+// cleanup ends it (closing its standard input) and reaps it.
+func startChild(t *testing.T, meta, name, dev string, size int) *os.Process {
+	cmd := reexec.Command("transfer-node", []string{meta, name, dev, strconv.Itoa(size)})
+	in, _ := cmd.StdinPipe()
+	out, _ := cmd.StdoutPipe()
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line, _ := bufio.NewReader(out).ReadString('\n')
+	if line != "ready\n" {
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Fatalf("child %s: %q", name, line)
+	}
+	t.Cleanup(func() { in.Close(); cmd.Wait() })
+	return cmd.Process
+}
+
+// TestNodeKilledShm: over shm0 (where one-sided operations are copies the
+// requester makes), requests to a killed node fail within a bound, at
+// Submit (its segment gone) or in the batch (ErrPeerLost), and requests to
+// the live node keep completing.
+func TestNodeKilledShm(t *testing.T) {
+	ctx := context.Background()
+	a, err := New(ctx, Config{Name: "a", Devices: []string{"shm0"}, Secret: secret, ArenaSize: 1 << 30, PeerTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	const size = 4 << 20
+	startChild(t, a.Addr(), "b", "shm0", size)
+	pc := startChild(t, a.Addr(), "c", "shm0", size)
+	defer pc.Kill()
+	buf, _ := a.AllocMR(2 * size)
+	read := func(seg string, off int) (*Batch, error) {
+		return a.Submit(ctx, []Request{{Local: buf, LocalOffset: off, Segment: seg, Length: size}})
+	}
+	for _, seg := range []string{"seg-b", "seg-c"} {
+		b, err := read(seg, 0)
+		if err == nil {
+			err = b.Wait(ctx)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	pc.Kill()
+	killed := time.Now()
+	for {
+		b, err := read("seg-c", size)
+		if err != nil {
+			if !errors.Is(err, ErrNoSegment) && !errors.Is(err, ErrNoNode) && !errors.Is(err, ErrPeerLost) {
+				t.Fatalf("Submit to the killed node: %v", err)
+			}
+			break
+		}
+		if err := b.Wait(ctx); err != nil {
+			if !errors.Is(err, ErrPeerLost) {
+				t.Fatalf("batch to the killed node: %v", err)
+			}
+			break
+		}
+		if time.Since(killed) > 5*time.Second {
+			t.Fatal("requests to the killed node still complete")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	b, err := read("seg-b", 0)
+	if err == nil {
+		err = b.Wait(ctx)
+	}
+	if err != nil {
+		t.Fatalf("live node: %v", err)
 	}
 }
