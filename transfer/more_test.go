@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -154,4 +155,45 @@ func TestNoAllocPerSlice(t *testing.T) {
 		}
 	}
 	t.Fatalf("%v allocations for 64 slices, %v for 1", many, one)
+}
+
+// countingMeta is a Metadata of the caller's (as an etcd one would be):
+// the embedded table, counting lookups.
+type countingMeta struct {
+	*memTable
+	gets atomic.Int32
+}
+
+func (m *countingMeta) GetSegment(ctx context.Context, name string) (SegmentDesc, error) {
+	m.gets.Add(1)
+	return m.memTable.GetSegment(ctx, name)
+}
+
+// TestCustomMetadata: nodes given Config.Metadata publish to it and find
+// each other through it, with no metadata service.
+func TestCustomMetadata(t *testing.T) {
+	ctx := context.Background()
+	m := &countingMeta{memTable: newMemTable()}
+	var nodes []*Node
+	for _, name := range []string{"p", "q"} {
+		n, err := New(ctx, Config{Name: name, Devices: []string{"tcp0"}, Secret: secret, ArenaSize: 1 << 30, Metadata: m})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer n.Close()
+		if n.Addr() != "" {
+			t.Fatalf("a node with Config.Metadata serves %s", n.Addr())
+		}
+		nodes = append(nodes, n)
+	}
+	seg, _ := nodes[0].AllocSegment(ctx, "m", 4096)
+	copy(seg.Bytes(), "custom")
+	buf, _ := nodes[1].AllocMR(4096)
+	b, err := nodes[1].Submit(ctx, []Request{{Local: buf, Segment: "m", Length: 6}})
+	if err == nil {
+		err = b.Wait(ctx)
+	}
+	if err != nil || string(buf.Bytes()[:6]) != "custom" || m.gets.Load() == 0 {
+		t.Fatalf("%v %q %d", err, buf.Bytes()[:6], m.gets.Load())
+	}
 }
