@@ -5,7 +5,7 @@ package transfer
 // qpConn runs a completion goroutine (cq.Wait; it finishes slices) and a
 // watcher (closes the peer when cm reports the connection lost); the
 // node's janitor closes idle and dead peers. Posting runs on Submit's
-// goroutine under qpConn.postMu.
+// goroutine under qpConn.mu.
 
 import (
 	"context"
@@ -49,18 +49,16 @@ type qpConn struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	// postMu serialises posting and guards wr and sge.
-	postMu sync.Mutex
-	wr     [1]verbs.SendWR
-	sge    [1]verbs.SGE
-
 	// firstErr is the first failure on the QP; the completion goroutine
 	// owns it.
 	firstErr error
 
-	// mu guards slots.
-	mu    sync.Mutex
-	slots []slot
+	// mu serialises posting and guards everything below.
+	mu     sync.Mutex
+	slots  []slot
+	closed bool // set by close: nothing more is posted
+	wr     [1]verbs.SendWR
+	sge    [1]verbs.SGE
 }
 
 // peerFor returns the connected peer that reaches segment d, the local
@@ -187,24 +185,31 @@ func (qc *qpConn) post(ctx context.Context, b *Batch, req int, op verbs.Opcode, 
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+	// Under mu, so that close either sees the slot (and fails it) or
+	// has marked the QP closed (and nothing is posted).
 	qc.mu.Lock()
+	defer qc.mu.Unlock()
+	if qc.closed {
+		qc.free <- s
+		return fmt.Errorf("%w: node %q: connection closed", ErrPeerLost, qc.p.key.node)
+	}
 	qc.slots[s] = slot{b: b, req: req}
-	qc.mu.Unlock()
-	qc.postMu.Lock()
 	qc.sge[0] = sge
 	qc.wr[0] = verbs.SendWR{ID: uint64(s), Opcode: op, Flags: verbs.SendSignaled, SGL: qc.sge[:], RemoteAddr: raddr, RKey: rkey}
 	err := qc.c.QP().PostSend(qc.wr[:])
 	for try := 0; errors.Is(err, verbs.ErrQueueFull) && try < 1000; try++ {
 		// A completion seen before its entry left the queue (see
 		// cmOptions): a moment later it has.
+		qc.mu.Unlock()
 		runtime.Gosched()
+		qc.mu.Lock()
+		if qc.closed { // close failed the slot
+			return nil
+		}
 		err = qc.c.QP().PostSend(qc.wr[:])
 	}
-	qc.postMu.Unlock()
 	if err != nil {
-		qc.mu.Lock()
 		qc.slots[s] = slot{}
-		qc.mu.Unlock()
 		qc.free <- s
 		return fmt.Errorf("%w: node %q: post: %v", ErrPeerLost, qc.p.key.node, err)
 	}
@@ -322,6 +327,7 @@ func (p *peer) close() {
 			qc.cancel()
 			qc.wg.Wait()
 			qc.mu.Lock()
+			qc.closed = true
 			for s, sl := range qc.slots {
 				if sl.b != nil {
 					qc.slots[s] = slot{}
