@@ -50,8 +50,9 @@ type SegmentDesc struct {
 // is the one implementation in this package; an etcd one can satisfy the
 // same interface. Every method is safe for concurrent use.
 type Metadata interface {
-	// PutNode registers or replaces a node with a lease of ttl (0: no
-	// expiry). A node whose lease runs out disappears with its segments.
+	// PutNode registers a node with a lease of ttl (0: no expiry);
+	// ErrExists while a node of that name holds a lease. A node whose
+	// lease runs out disappears with its segments.
 	PutNode(ctx context.Context, n NodeInfo, ttl time.Duration) error
 	// Renew extends a node's lease; ErrNoNode if it already expired.
 	Renew(ctx context.Context, node string) error
@@ -114,8 +115,9 @@ func (t *memTable) PutNode(_ context.Context, n NodeInfo, ttl time.Duration) err
 	defer t.mu.Unlock()
 	t.expireLocked()
 	if _, ok := t.nodes[n.Name]; ok {
-		// A node that restarts under its name: its old segments go.
-		t.deleteNodeLocked(n.Name)
+		// Live (expireLocked ran): a node restarting under its name waits
+		// for its old lease to run out.
+		return fmt.Errorf("%w: node %q", ErrExists, n.Name)
 	}
 	e := &nodeEntry{info: n, ttl: ttl}
 	if ttl > 0 {

@@ -197,3 +197,18 @@ func TestCustomMetadata(t *testing.T) {
 		t.Fatalf("%v %q %d", err, buf.Bytes()[:6], m.gets.Load())
 	}
 }
+
+// TestDuplicateNodeName: a name held by a live node is refused.
+func TestDuplicateNodeName(t *testing.T) {
+	ctx := context.Background()
+	nodes := cluster(t, "tcp0", 2)
+	for _, name := range []string{"n0", "n1"} {
+		if _, err := New(ctx, Config{Name: name, Devices: []string{"tcp0"}, Secret: secret, MetadataAddr: nodes[0].Addr()}); !errors.Is(err, ErrExists) {
+			t.Fatalf("%s again: %v", name, err)
+		}
+	}
+	// The refused node did not disturb the holder.
+	if _, err := nodes[1].AllocSegment(ctx, "still", 4096); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -136,6 +136,9 @@ type Node struct {
 	srv     *metaServer
 	rr      atomic.Uint32
 	info    NodeInfo
+	// registered: the node's record is in the table (set by New before
+	// anything else can see the node).
+	registered bool
 
 	ctx    context.Context // ends at Close
 	cancel context.CancelFunc
@@ -274,6 +277,7 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if err := n.meta.PutNode(ctx, n.info, ttl); err != nil {
 		return nil, err
 	}
+	n.registered = true
 	if ttl > 0 {
 		n.wg.Add(1)
 		go n.leaseLoop()
@@ -390,7 +394,7 @@ func (n *Node) Close() error {
 	n.peers = map[peerKey]*peer{}
 	n.mu.Unlock()
 
-	if n.meta != nil {
+	if n.registered {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		n.meta.DeleteNode(ctx, n.cfg.Name)
 		cancel()
