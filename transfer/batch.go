@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -175,6 +176,7 @@ func (b *Batch) sliceDone(i int, n int32, err error) {
 // the rest fails with Timeout or Canceled; what was posted completes (or
 // fails when its peer is lost, within Config.PeerTimeout).
 func (n *Node) Submit(ctx context.Context, reqs []Request) (*Batch, error) {
+	reqs = slices.Clone(reqs) // the caller may reuse its slice at once
 	b := &Batch{reqs: reqs, st: make([]reqState, len(reqs)), done: make(chan struct{}), errs: make([]error, len(reqs))}
 	type plan struct {
 		qps  []*qpConn
@@ -184,7 +186,10 @@ func (n *Node) Submit(ctx context.Context, reqs []Request) (*Batch, error) {
 	}
 	plans := make([]plan, len(reqs))
 	for i, r := range reqs {
-		if r.Local == nil || r.Length <= 0 || r.LocalOffset < 0 || r.LocalOffset+r.Length > r.Local.Len() {
+		if r.Op != Read && r.Op != Write {
+			return nil, fmt.Errorf("transfer: request %d: unknown op %d", i, r.Op)
+		}
+		if r.Local == nil || r.Length <= 0 || r.LocalOffset < 0 || r.LocalOffset > r.Local.Len() || r.Length > r.Local.Len()-r.LocalOffset {
 			return nil, fmt.Errorf("%w: request %d: local range [%d, +%d) of a %d-byte region", ErrBounds, i, r.LocalOffset, r.Length, lenOf(r.Local))
 		}
 		d, err := n.lookup(ctx, r.Segment, false)

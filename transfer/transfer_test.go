@@ -162,6 +162,9 @@ func TestErrors(t *testing.T) {
 		{Local: buf, Segment: "a", Offset: 1 << 62, Length: 1},
 		{Local: buf, LocalOffset: 8190, Segment: "a", Length: 3},
 		{Local: buf, Segment: "a", Length: 0},
+		{Local: buf, LocalOffset: 1<<62 + 1<<61, Segment: "a", Length: 1 << 62},
+		{Local: buf, LocalOffset: -1, Segment: "a", Length: 1},
+		{Segment: "a", Length: 1},
 	} {
 		if _, err := nodes[1].Submit(ctx, []Request{{Local: buf, Segment: "a", Length: 10}, r}); !errors.Is(err, ErrBounds) {
 			t.Fatalf("%+v: %v", r, err)
