@@ -37,6 +37,10 @@ const (
 	metaMagic   = 0x524b5445 // "RKTE"
 	metaVersion = 1
 	metaLimit   = 64 << 10
+	// maxMetaConns bounds the service's connections (each a goroutine);
+	// an unauthenticated one is dropped after authTimeout.
+	maxMetaConns = 1024
+	authTimeout  = 10 * time.Second
 
 	fHello     = 1
 	fChallenge = 2
@@ -155,6 +159,12 @@ func (s *metaServer) acceptLoop() {
 			c.Close()
 			return
 		}
+		if len(s.conns) >= maxMetaConns {
+			// A flood: refuse without a goroutine.
+			s.mu.Unlock()
+			c.Close()
+			continue
+		}
 		s.conns[c] = struct{}{}
 		s.wg.Add(1)
 		s.mu.Unlock()
@@ -184,7 +194,7 @@ func (s *metaServer) serve(c net.Conn) {
 	}()
 	r := frame.NewReader(bufio.NewReader(c), metaLimit)
 	w := frame.NewWriter(c, metaLimit)
-	c.SetDeadline(time.Now().Add(10 * time.Second))
+	c.SetDeadline(time.Now().Add(authTimeout))
 	if !s.authenticate(r, w) {
 		return
 	}
