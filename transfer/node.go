@@ -54,7 +54,8 @@ type Config struct {
 	// device of an RDMA transport when linked, then tcp0; those that fail
 	// to open are skipped). Peers on this host (same kernel boot id and
 	// PID namespace) are reached by the same-host device, others by the
-	// first network device both have.
+	// first network device both have. A device named here that cannot be
+	// opened fails New.
 	Devices []string
 	// Secret authenticates everything the node accepts and dials: cm
 	// connections (cm.Options.Secret) and the metadata service. At least
@@ -235,6 +236,9 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 			}
 		}
 		if d.ctx, err = verbs.Open(name, verbs.Options{ArenaSize: cfg.ArenaSize}); err != nil {
+			if len(cfg.Devices) > 0 {
+				return nil, fmt.Errorf("transfer: device %s: %w", name, err)
+			}
 			openErrs = append(openErrs, err)
 			continue
 		}

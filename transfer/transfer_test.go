@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -169,6 +170,9 @@ func TestErrors(t *testing.T) {
 		if _, err := nodes[1].Submit(ctx, []Request{{Local: buf, Segment: "a", Length: 10}, r}); !errors.Is(err, ErrBounds) {
 			t.Fatalf("%+v: %v", r, err)
 		}
+	}
+	if _, err := New(ctx, Config{Devices: []string{"nope0"}, Secret: secret}); err == nil || !strings.Contains(err.Error(), "nope0") {
+		t.Fatalf("unknown device: %v", err)
 	}
 	if _, err := New(ctx, Config{Devices: []string{"tcp0"}}); !errors.Is(err, ErrNoCredential) {
 		t.Fatalf("no credential: %v", err)
