@@ -325,6 +325,8 @@ type metaClient struct {
 	addr     string
 	secret   []byte
 	insecure bool
+	life     context.Context // ends at Close
+	end      context.CancelFunc
 
 	// mu serialises calls and guards conn, r, w, closed.
 	mu     sync.Mutex
@@ -411,6 +413,10 @@ func (m *metaClient) handshake(r *frame.Reader, w *frame.Writer) error {
 // call sends one request and returns the answer's body. A broken
 // connection is redialled once.
 func (m *metaClient) call(ctx context.Context, req []byte) ([]byte, error) {
+	// Close interrupts a call in progress.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(m.life, cancel)()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
@@ -483,29 +489,29 @@ type remoteErr struct {
 func (e remoteErr) Error() string { return e.msg }
 func (e remoteErr) Unwrap() error { return e.kind }
 
-// do wraps call so that a remoteErr is returned as is, without redial.
-func (m *metaClient) do(ctx context.Context, req []byte) ([]byte, error) {
-	b, err := m.call(ctx, req)
-	return b, err
+func newMetaClient(addr string, secret []byte, insecure bool) *metaClient {
+	m := &metaClient{addr: addr, secret: secret, insecure: insecure}
+	m.life, m.end = context.WithCancel(context.Background())
+	return m
 }
 
 func (m *metaClient) PutNode(ctx context.Context, n NodeInfo, ttl time.Duration) error {
-	_, err := m.do(ctx, frame.AppendUint32(appendNode([]byte{opPutNode}, n), uint32(ttl/time.Millisecond)))
+	_, err := m.call(ctx, frame.AppendUint32(appendNode([]byte{opPutNode}, n), uint32(ttl/time.Millisecond)))
 	return err
 }
 
 func (m *metaClient) Renew(ctx context.Context, node string) error {
-	_, err := m.do(ctx, frame.AppendString8([]byte{opRenew}, node))
+	_, err := m.call(ctx, frame.AppendString8([]byte{opRenew}, node))
 	return err
 }
 
 func (m *metaClient) DeleteNode(ctx context.Context, node string) error {
-	_, err := m.do(ctx, frame.AppendString8([]byte{opDelNode}, node))
+	_, err := m.call(ctx, frame.AppendString8([]byte{opDelNode}, node))
 	return err
 }
 
 func (m *metaClient) GetNode(ctx context.Context, node string) (NodeInfo, error) {
-	b, err := m.do(ctx, frame.AppendString8([]byte{opGetNode}, node))
+	b, err := m.call(ctx, frame.AppendString8([]byte{opGetNode}, node))
 	if err != nil {
 		return NodeInfo{}, err
 	}
@@ -518,17 +524,17 @@ func (m *metaClient) GetNode(ctx context.Context, node string) (NodeInfo, error)
 }
 
 func (m *metaClient) PutSegment(ctx context.Context, s SegmentDesc) error {
-	_, err := m.do(ctx, appendSeg([]byte{opPutSeg}, s))
+	_, err := m.call(ctx, appendSeg([]byte{opPutSeg}, s))
 	return err
 }
 
 func (m *metaClient) DeleteSegment(ctx context.Context, node, name string) error {
-	_, err := m.do(ctx, frame.AppendString8(frame.AppendString8([]byte{opDelSeg}, node), name))
+	_, err := m.call(ctx, frame.AppendString8(frame.AppendString8([]byte{opDelSeg}, node), name))
 	return err
 }
 
 func (m *metaClient) GetSegment(ctx context.Context, name string) (SegmentDesc, error) {
-	b, err := m.do(ctx, frame.AppendString8([]byte{opGetSeg}, name))
+	b, err := m.call(ctx, frame.AppendString8([]byte{opGetSeg}, name))
 	if err != nil {
 		return SegmentDesc{}, err
 	}
@@ -541,6 +547,7 @@ func (m *metaClient) GetSegment(ctx context.Context, name string) (SegmentDesc, 
 }
 
 func (m *metaClient) Close() error {
+	m.end()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.closed = true
