@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -145,7 +146,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return s
 	}
 	if err != nil {
-		fmt.Fprintln(stderr, "transfer:", err)
+		msg := err.Error()
+		if !strings.HasPrefix(msg, "transfer:") {
+			msg = "transfer: " + msg
+		}
+		fmt.Fprintln(stderr, msg)
 		return cli.ExitFailure
 	}
 	return cli.ExitOK
