@@ -1,0 +1,255 @@
+package transfer
+
+// Batches: Submit validates, slices and posts on the caller's goroutine;
+// completions are handled on the QPs' completion goroutines (conn.go),
+// which update request states with atomics and close Batch.done when the
+// last slice returns.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"github.com/rdmakit/rdmakit/verbs"
+)
+
+// Op is a request's direction.
+type Op uint8
+
+const (
+	Read  Op = iota // segment → local memory
+	Write           // local memory → segment
+)
+
+func (o Op) String() string {
+	if o == Write {
+		return "write"
+	}
+	return "read"
+}
+
+// Status is a request's state.
+type Status int32
+
+const (
+	Waiting   Status = iota // submitted, nothing posted yet
+	Pending                 // slices posted
+	Completed               // every slice done
+	Failed                  // a slice failed (see the cause)
+	Timeout                 // the Submit context's deadline passed before all was posted
+	Canceled                // the Submit context was canceled before all was posted
+)
+
+func (s Status) String() string {
+	switch s {
+	case Waiting:
+		return "waiting"
+	case Pending:
+		return "pending"
+	case Completed:
+		return "completed"
+	case Failed:
+		return "failed"
+	case Timeout:
+		return "timeout"
+	case Canceled:
+		return "canceled"
+	}
+	return fmt.Sprintf("Status(%d)", int32(s))
+}
+
+// Final reports whether the status is a final one.
+func (s Status) Final() bool { return s >= Completed }
+
+// Request is one transfer between local memory and a segment.
+type Request struct {
+	Op          Op
+	Local       *verbs.MR // local memory: from Node.AllocMR, or a caller region tcp can register
+	LocalOffset int
+	Segment     string
+	Offset      uint64 // in the segment
+	Length      int
+}
+
+type reqState struct {
+	status    atomic.Int32
+	remaining atomic.Int32
+	failed    atomic.Bool
+}
+
+// Batch is a submitted set of requests.
+type Batch struct {
+	reqs    []Request
+	st      []reqState
+	pending atomic.Int32 // requests not final
+	done    chan struct{}
+
+	// mu guards errs.
+	mu   sync.Mutex
+	errs []error // per request, its cause
+}
+
+// Len returns the number of requests.
+func (b *Batch) Len() int { return len(b.reqs) }
+
+// Status returns request i's status and, for Failed, Timeout and
+// Canceled, its cause.
+func (b *Batch) Status(i int) (Status, error) {
+	s := Status(b.st[i].status.Load())
+	if !s.Final() || s == Completed {
+		return s, nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return s, b.errs[i]
+}
+
+// Done is closed when every request is final.
+func (b *Batch) Done() <-chan struct{} { return b.done }
+
+// Wait waits until every request is final (every slice has returned, so
+// local memory is no longer touched) or ctx ends (ctx.Err(); the batch
+// carries on). It returns nil if all completed, else the first failure as
+// a *RequestError (errors.Join of all of them).
+func (b *Batch) Wait(ctx context.Context) error {
+	select {
+	case <-b.done:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	var errs []error
+	for i := range b.reqs {
+		if s, err := b.Status(i); s != Completed {
+			errs = append(errs, &RequestError{Index: i, Segment: b.reqs[i].Segment, Status: s, Err: err})
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// fail records a slice's failure of request i.
+func (b *Batch) fail(i int, err error) {
+	b.mu.Lock()
+	if b.errs[i] == nil {
+		b.errs[i] = err
+	}
+	b.mu.Unlock()
+	b.st[i].failed.Store(true)
+}
+
+// sliceDone accounts for n slices of request i, failed with err if not nil.
+func (b *Batch) sliceDone(i int, n int32, err error) {
+	if err != nil {
+		b.fail(i, err)
+	}
+	st := &b.st[i]
+	if st.remaining.Add(-n) != 0 {
+		return
+	}
+	final := Completed
+	if st.failed.Load() {
+		final = Failed
+		b.mu.Lock()
+		cause := b.errs[i]
+		b.mu.Unlock()
+		switch {
+		case errors.Is(cause, context.DeadlineExceeded):
+			final = Timeout
+		case errors.Is(cause, context.Canceled):
+			final = Canceled
+		}
+	}
+	st.status.Store(int32(final))
+	if b.pending.Add(-1) == 0 {
+		close(b.done)
+	}
+}
+
+// Submit checks every request (segment known, offsets inside the segment
+// and the local region, no Write to a read-only segment) before anything
+// moves, then slices them (Config.SliceSize) and posts the slices over
+// the QPs to each segment's node, connecting on first use. It returns
+// once everything is posted (it blocks while the QPs' queues are full);
+// the Batch tells when it completes. If ctx ends before all is posted,
+// the rest fails with Timeout or Canceled; what was posted completes (or
+// fails when its peer is lost, within Config.PeerTimeout).
+func (n *Node) Submit(ctx context.Context, reqs []Request) (*Batch, error) {
+	reqs = slices.Clone(reqs) // the caller may reuse its slice at once
+	b := &Batch{reqs: reqs, st: make([]reqState, len(reqs)), done: make(chan struct{}), errs: make([]error, len(reqs))}
+	type plan struct {
+		qps  []*qpConn
+		addr uint64
+		rkey uint32
+		lmr  *verbs.MR
+	}
+	plans := make([]plan, len(reqs))
+	for i, r := range reqs {
+		if r.Op != Read && r.Op != Write {
+			return nil, fmt.Errorf("transfer: request %d: unknown op %d", i, r.Op)
+		}
+		if r.Local == nil || r.Length <= 0 || r.LocalOffset < 0 || r.LocalOffset > r.Local.Len() || r.Length > r.Local.Len()-r.LocalOffset {
+			return nil, fmt.Errorf("%w: request %d: local range [%d, +%d) of a %d-byte region", ErrBounds, i, r.LocalOffset, r.Length, lenOf(r.Local))
+		}
+		d, err := n.lookup(ctx, r.Segment, false)
+		if err != nil {
+			return nil, fmt.Errorf("transfer: request %d: %w", i, err)
+		}
+		if r.Offset > d.Size || uint64(r.Length) > d.Size-r.Offset {
+			return nil, fmt.Errorf("%w: request %d: [%d, +%d) of segment %q (%d bytes)", ErrBounds, i, r.Offset, r.Length, r.Segment, d.Size)
+		}
+		if r.Op == Write && d.ReadOnly {
+			return nil, fmt.Errorf("%w: request %d: segment %q", ErrReadOnly, i, r.Segment)
+		}
+		p, dev, reg, err := n.peerFor(ctx, d)
+		if err != nil {
+			return nil, fmt.Errorf("transfer: request %d (segment %q): %w", i, r.Segment, err)
+		}
+		lmr, err := n.regionFor(r.Local, dev)
+		if err != nil {
+			return nil, fmt.Errorf("transfer: request %d: %w", i, err)
+		}
+		plans[i] = plan{qps: p.qps, addr: reg.Addr + r.Offset, rkey: reg.RKey, lmr: lmr}
+		p.touch()
+	}
+	slice := n.cfg.SliceSize
+	b.pending.Store(int32(len(reqs)))
+	if len(reqs) == 0 {
+		close(b.done)
+		return b, nil
+	}
+	for i, r := range reqs {
+		ns := (r.Length + slice - 1) / slice
+		b.st[i].remaining.Store(int32(ns))
+	}
+	op := verbs.OpRead
+	for i, r := range reqs {
+		pl := plans[i]
+		ns := int32((r.Length + slice - 1) / slice)
+		if r.Op == Write {
+			op = verbs.OpWrite
+		} else {
+			op = verbs.OpRead
+		}
+		b.st[i].status.Store(int32(Pending))
+		for k := int32(0); k < ns; k++ {
+			off := int(k) * slice
+			l := min(slice, r.Length-off)
+			qc := pl.qps[int(n.rr.Add(1))%len(pl.qps)]
+			err := qc.post(ctx, b, i, op, pl.lmr.SGE(r.LocalOffset+off, l), pl.addr+uint64(off), pl.rkey)
+			if err != nil {
+				b.sliceDone(i, ns-k, err)
+				break
+			}
+		}
+	}
+	return b, nil
+}
+
+func lenOf(mr *verbs.MR) int {
+	if mr == nil {
+		return 0
+	}
+	return mr.Len()
+}

@@ -1,0 +1,379 @@
+package transfer
+
+// Connections to peer nodes: a peer is Config.QPsPerPeer cm connections to
+// one node over one device, made on first use and cached. Goroutines: each
+// qpConn runs a completion goroutine (cq.Wait; it finishes slices) and a
+// watcher (closes the peer when cm reports the connection lost); the
+// node's janitor closes idle and dead peers. Posting runs on Submit's
+// goroutine under qpConn.mu.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rdmakit/rdmakit/cm"
+	"github.com/rdmakit/rdmakit/verbs"
+)
+
+type peerKey struct{ node, dev string }
+
+type peer struct {
+	key   peerKey
+	n     *Node
+	ready chan struct{} // closed when dialled (err or qps set)
+	err   error
+	qps   []*qpConn
+	used  atomic.Int64 // unix nanos of last use
+	dead  atomic.Bool
+	once  sync.Once
+}
+
+func (p *peer) touch() { p.used.Store(time.Now().UnixNano()) }
+
+type slot struct {
+	b   *Batch
+	req int
+}
+
+type qpConn struct {
+	p      *peer
+	c      *cm.Conn
+	free   chan int      // free slot indices
+	gone   chan struct{} // closed when the connection is lost or closed
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	// firstErr is the first failure on the QP; the completion goroutine
+	// owns it.
+	firstErr error
+
+	// mu serialises posting and guards everything below.
+	mu     sync.Mutex
+	slots  []slot
+	closed bool // set by close: nothing more is posted
+	wr     [1]verbs.SendWR
+	sge    [1]verbs.SGE
+}
+
+// peerFor returns the connected peer that reaches segment d, the local
+// device and the segment's region on it.
+func (n *Node) peerFor(ctx context.Context, d SegmentDesc) (*peer, *device, Region, error) {
+	n.mu.Lock()
+	info, ok := n.nodeInfo[d.Node]
+	n.mu.Unlock()
+	if !ok {
+		var err error
+		if info, err = n.meta.GetNode(ctx, d.Node); err != nil {
+			return nil, nil, Region{}, err
+		}
+		n.mu.Lock()
+		n.nodeInfo[d.Node] = info
+		n.mu.Unlock()
+	}
+	for _, dev := range n.devs {
+		if dev.sameHost && info.Host != n.host {
+			continue
+		}
+		var reg *Region
+		for i := range d.Regions {
+			if d.Regions[i].Device == dev.name {
+				reg = &d.Regions[i]
+			}
+		}
+		var ep *Endpoint
+		for i := range info.Endpoints {
+			if info.Endpoints[i].Device == dev.name {
+				ep = &info.Endpoints[i]
+			}
+		}
+		if reg == nil || ep == nil {
+			continue
+		}
+		p, err := n.connect(ctx, peerKey{d.Node, dev.name}, dev, ep.Addr)
+		return p, dev, *reg, err
+	}
+	return nil, nil, Region{}, fmt.Errorf("%w: node %q offers %v", ErrNoDevice, d.Node, info.Endpoints)
+}
+
+// connect returns the cached peer or dials it.
+func (n *Node) connect(ctx context.Context, key peerKey, dev *device, addr string) (*peer, error) {
+	n.mu.Lock()
+	if n.closed {
+		n.mu.Unlock()
+		return nil, ErrClosed
+	}
+	p := n.peers[key]
+	if p == nil || p.dead.Load() {
+		p = &peer{key: key, n: n, ready: make(chan struct{})}
+		p.touch()
+		n.peers[key] = p
+		n.mu.Unlock()
+		// Close cancels a dial in progress.
+		dctx, cancel := context.WithCancel(ctx)
+		stop := context.AfterFunc(n.ctx, cancel)
+		p.err = p.dial(dctx, dev, addr)
+		stop()
+		cancel()
+		if p.err != nil {
+			p.dead.Store(true)
+			n.mu.Lock()
+			if n.peers[key] == p {
+				delete(n.peers, key)
+			}
+			n.mu.Unlock()
+			close(p.ready)
+			p.close()
+		} else {
+			close(p.ready)
+		}
+	} else {
+		p.touch() // under n.mu: the janitor does not close it now
+		n.mu.Unlock()
+	}
+	select {
+	case <-p.ready:
+	default:
+		select {
+		case <-p.ready:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	if p.err != nil {
+		return nil, p.err
+	}
+	return p, nil
+}
+
+func (p *peer) dial(ctx context.Context, dev *device, addr string) error {
+	n := p.n
+	for i := 0; i < n.cfg.QPsPerPeer; i++ {
+		c, err := cm.Dial(ctx, addr, n.cmOptions(dev))
+		if err != nil {
+			n.forget(p.key.node)
+			return fmt.Errorf("%w: connecting to node %q (%s at %s): %w", ErrPeerLost, p.key.node, dev.name, addr, err)
+		}
+		qc := &qpConn{p: p, c: c, free: make(chan int, n.cfg.QueueDepth), gone: make(chan struct{}), slots: make([]slot, n.cfg.QueueDepth)}
+		for s := 0; s < n.cfg.QueueDepth; s++ {
+			qc.free <- s
+		}
+		qc.ctx, qc.cancel = context.WithCancel(context.Background())
+		p.qps = append(p.qps, qc)
+		qc.wg.Add(2)
+		go qc.complete()
+		go qc.watch()
+	}
+	return nil
+}
+
+// post posts one slice of request req of b.
+func (qc *qpConn) post(ctx context.Context, b *Batch, req int, op verbs.Opcode, sge verbs.SGE, raddr uint64, rkey uint32) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	var s int
+	select {
+	case s = <-qc.free:
+	case <-qc.gone:
+		return fmt.Errorf("%w: node %q: %v", ErrPeerLost, qc.p.key.node, qc.cause())
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	// Under mu, so that close either sees the slot (and fails it) or
+	// has marked the QP closed (and nothing is posted).
+	qc.mu.Lock()
+	defer qc.mu.Unlock()
+	if qc.closed {
+		qc.free <- s
+		return fmt.Errorf("%w: node %q: connection closed", ErrPeerLost, qc.p.key.node)
+	}
+	qc.slots[s] = slot{b: b, req: req}
+	qc.sge[0] = sge
+	qc.wr[0] = verbs.SendWR{ID: uint64(s), Opcode: op, Flags: verbs.SendSignaled, SGL: qc.sge[:], RemoteAddr: raddr, RKey: rkey}
+	err := qc.c.QP().PostSend(qc.wr[:])
+	for try := 0; errors.Is(err, verbs.ErrQueueFull) && try < 1000; try++ {
+		// A completion seen before its entry left the queue (see
+		// cmOptions): a moment later it has.
+		qc.mu.Unlock()
+		runtime.Gosched()
+		qc.mu.Lock()
+		if qc.closed { // close failed the slot
+			return nil
+		}
+		err = qc.c.QP().PostSend(qc.wr[:])
+	}
+	if err != nil {
+		qc.slots[s] = slot{}
+		qc.free <- s
+		return fmt.Errorf("%w: node %q: post: %v", ErrPeerLost, qc.p.key.node, err)
+	}
+	return nil
+}
+
+func (qc *qpConn) cause() error {
+	if err := qc.c.Err(); err != nil {
+		return err
+	}
+	return ErrClosed
+}
+
+// complete finishes slices as their completions arrive.
+func (qc *qpConn) complete() {
+	defer qc.wg.Done()
+	var wcs [16]verbs.WorkCompletion
+	cq := qc.c.SendCQ()
+	for {
+		k, err := cq.Wait(qc.ctx, wcs[:])
+		if err != nil {
+			return
+		}
+		for _, wc := range wcs[:k] {
+			qc.mu.Lock()
+			sl := qc.slots[wc.WRID]
+			qc.slots[wc.WRID] = slot{}
+			qc.mu.Unlock()
+			qc.free <- int(wc.WRID)
+			if sl.b == nil {
+				continue
+			}
+			var err error
+			if wc.Status != verbs.StatusSuccess {
+				err = qc.failure(&wc)
+			}
+			sl.b.sliceDone(sl.req, 1, err)
+		}
+	}
+}
+
+// failure returns the cause of a failed completion and, the QP being in
+// ERROR now, retires the peer: the next request reconnects.
+func (qc *qpConn) failure(wc *verbs.WorkCompletion) error {
+	p := qc.p
+	err := wc.Err()
+	switch wc.Status {
+	case verbs.StatusWRFlush:
+		if qc.firstErr != nil {
+			// Flushed because an earlier work request failed.
+			err = fmt.Errorf("%w, after: %w", err, qc.firstErr)
+		} else if cerr := qc.c.Err(); cerr != nil {
+			err = fmt.Errorf("%w: node %q: %w (%w)", ErrPeerLost, p.key.node, cerr, err)
+		} else {
+			err = fmt.Errorf("%w: node %q: connection closed (%w)", ErrPeerLost, p.key.node, err)
+		}
+	case verbs.StatusRetryExceeded, verbs.StatusRNRRetryExceeded, verbs.StatusResponseTimeout:
+		err = fmt.Errorf("%w: node %q: %w", ErrPeerLost, p.key.node, err)
+	}
+	if qc.firstErr == nil {
+		qc.firstErr = err
+	}
+	p.n.forget(p.key.node)
+	if !p.dead.Swap(true) {
+		n := p.n
+		n.wg.Add(1)
+		go func() { defer n.wg.Done(); n.dropPeer(p) }()
+	}
+	return err
+}
+
+// watch closes the peer when cm reports the connection gone.
+func (qc *qpConn) watch() {
+	defer qc.wg.Done()
+	select {
+	case <-qc.c.Done():
+		p := qc.p
+		p.n.forget(p.key.node)
+		if !p.dead.Swap(true) {
+			n := p.n
+			n.wg.Add(1)
+			go func() { defer n.wg.Done(); n.dropPeer(p) }()
+		}
+	case <-qc.ctx.Done():
+	}
+}
+
+// dropPeer removes p from the cache and closes it.
+func (n *Node) dropPeer(p *peer) {
+	n.mu.Lock()
+	if n.peers[p.key] == p {
+		delete(n.peers, p.key)
+	}
+	n.mu.Unlock()
+	p.close()
+}
+
+// close drains and closes the peer's connections: each is disconnected
+// (outstanding work requests flush and fail their slices), its
+// goroutines stopped, then closed. Slices that never come back within a
+// second fail with ErrPeerLost.
+func (p *peer) close() {
+	<-p.ready // p.qps is complete
+	p.once.Do(func() {
+		p.dead.Store(true)
+		for _, qc := range p.qps {
+			qc.c.Disconnect()
+		}
+		deadline := time.Now().Add(time.Second)
+		for _, qc := range p.qps {
+			for len(qc.free) < cap(qc.free) && time.Now().Before(deadline) {
+				time.Sleep(time.Millisecond)
+			}
+			close(qc.gone)
+			qc.cancel()
+			qc.wg.Wait()
+			qc.mu.Lock()
+			qc.closed = true
+			for s, sl := range qc.slots {
+				if sl.b != nil {
+					qc.slots[s] = slot{}
+					sl.b.sliceDone(sl.req, 1, fmt.Errorf("%w: node %q: connection closed", ErrPeerLost, p.key.node))
+				}
+			}
+			qc.mu.Unlock()
+			qc.c.Close()
+		}
+	})
+}
+
+// janitor closes peers idle for Config.IdleTimeout.
+func (n *Node) janitor() {
+	defer n.wg.Done()
+	t := time.NewTicker(max(n.cfg.IdleTimeout/4, 10*time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-t.C:
+		}
+		var idle []*peer
+		now := time.Now().UnixNano()
+		n.mu.Lock()
+		for k, p := range n.peers {
+			select {
+			case <-p.ready:
+			default:
+				continue
+			}
+			busy := false
+			for _, qc := range p.qps {
+				if len(qc.free) < cap(qc.free) {
+					busy = true
+				}
+			}
+			if !busy && now-p.used.Load() > int64(n.cfg.IdleTimeout) {
+				delete(n.peers, k)
+				idle = append(idle, p)
+			}
+		}
+		n.mu.Unlock()
+		for _, p := range idle {
+			p.close()
+		}
+	}
+}

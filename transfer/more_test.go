@@ -1,0 +1,214 @@
+package transfer
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"net"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/rdmakit/rdmakit/internal/frame"
+)
+
+// TestStaleSegment: a request to a segment unregistered since this node
+// looked it up fails with the target's refusal, and the next Submit sees
+// the segment gone.
+func TestStaleSegment(t *testing.T) {
+	ctx := context.Background()
+	nodes := cluster(t, "tcp0", 2)
+	nodes[1].AllocSegment(ctx, "s", 1<<20)
+	buf, _ := nodes[0].AllocMR(1 << 20)
+	bt, err := nodes[0].Submit(ctx, []Request{{Local: buf, Segment: "s", Length: 4096}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bt.Wait(ctx)
+	if err := nodes[1].UnregisterSegment(ctx, "s"); err != nil {
+		t.Fatal(err)
+	}
+	bt, err = nodes[0].Submit(ctx, []Request{{Local: buf, Segment: "s", Length: 1 << 20}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bt.Wait(ctx); !errors.Is(err, ErrTransfer) {
+		t.Fatalf("Wait: %v", err)
+	}
+	if s, cause := bt.Status(0); s != Failed || cause == nil {
+		t.Fatalf("%v %v", s, cause)
+	}
+	if _, err := nodes[0].Submit(ctx, []Request{{Local: buf, Segment: "s", Length: 1}}); !errors.Is(err, ErrNoSegment) {
+		t.Fatalf("after the failure: %v", err)
+	}
+	if err := nodes[1].UnregisterSegment(ctx, "s"); !errors.Is(err, ErrNoSegment) {
+		t.Fatalf("unregister twice: %v", err)
+	}
+}
+
+// TestLeaseExpiry: the table drops a node and its segments when its lease
+// runs out, and Renew then says so.
+func TestLeaseExpiry(t *testing.T) {
+	ctx := context.Background()
+	tab := newMemTable()
+	now := time.Unix(1000, 0)
+	tab.now = func() time.Time { return now }
+	tab.PutNode(ctx, NodeInfo{Name: "x"}, time.Second)
+	tab.PutNode(ctx, NodeInfo{Name: "y"}, 0)
+	if err := tab.PutSegment(ctx, SegmentDesc{Name: "sx", Node: "x", Size: 1}); err != nil {
+		t.Fatal(err)
+	}
+	tab.PutSegment(ctx, SegmentDesc{Name: "sy", Node: "y", Size: 1})
+	if err := tab.PutSegment(ctx, SegmentDesc{Name: "sz", Node: "z"}); !errors.Is(err, ErrNoNode) {
+		t.Fatalf("segment of an unknown node: %v", err)
+	}
+	now = now.Add(900 * time.Millisecond)
+	if err := tab.Renew(ctx, "x"); err != nil {
+		t.Fatal(err)
+	}
+	now = now.Add(900 * time.Millisecond)
+	if _, err := tab.GetSegment(ctx, "sx"); err != nil {
+		t.Fatalf("renewed: %v", err)
+	}
+	now = now.Add(200 * time.Millisecond)
+	if _, err := tab.GetSegment(ctx, "sx"); !errors.Is(err, ErrNoSegment) {
+		t.Fatalf("expired: %v", err)
+	}
+	if err := tab.Renew(ctx, "x"); !errors.Is(err, ErrNoNode) {
+		t.Fatalf("renew after expiry: %v", err)
+	}
+	if _, err := tab.GetSegment(ctx, "sy"); err != nil {
+		t.Fatalf("no lease: %v", err)
+	}
+}
+
+// TestMetadataService: garbage, a wrong magic and a client without the
+// secret are refused; the service keeps serving; an insecure node cannot
+// join a table with a secret.
+func TestMetadataService(t *testing.T) {
+	ctx := context.Background()
+	nodes := cluster(t, "tcp0", 1)
+	addr := nodes[0].Addr()
+	for _, hello := range [][]byte{
+		[]byte("GET / HTTP/1.1\r\n\r\n"),
+		frame.AppendFrame(nil, fHello, append(append(frame.AppendUint32(nil, 0x12345678), metaVersion, 1), make([]byte, 32)...)),
+		frame.AppendFrame(nil, fHello, append(append(frame.AppendUint32(nil, metaMagic), metaVersion, 0), make([]byte, 32)...)),
+		frame.AppendFrame(nil, fRequest, []byte{opGetSeg, 1, 'x'}),
+	} {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Write(hello)
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		r := frame.NewReader(bufio.NewReader(c), metaLimit)
+		for {
+			typ, _, err := r.Next()
+			if err != nil {
+				break
+			}
+			if typ == fOK || typ == fAnswer {
+				t.Fatalf("%q: accepted", hello)
+			}
+		}
+		c.Close()
+	}
+	if _, err := New(ctx, Config{Devices: []string{"tcp0"}, Insecure: true, MetadataAddr: addr}); !errors.Is(err, ErrAuth) {
+		t.Fatalf("insecure node: %v", err)
+	}
+	n, err := New(ctx, Config{Name: "late", Devices: []string{"tcp0"}, Secret: secret, MetadataAddr: addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Close()
+}
+
+// TestNoAllocPerSlice: a request of many slices costs the same
+// allocations as a request of one.
+func TestNoAllocPerSlice(t *testing.T) {
+	ctx := context.Background()
+	nodes := cluster(t, "shm0", 2)
+	nodes[1].AllocSegment(ctx, "a", 4<<20)
+	buf, _ := nodes[0].AllocMR(4 << 20)
+	allocs := func(length int) float64 {
+		reqs := []Request{{Local: buf, Segment: "a", Length: length}}
+		return testing.AllocsPerRun(20, func() {
+			bt, err := nodes[0].Submit(ctx, reqs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			<-bt.Done()
+		})
+	}
+	if raceEnabled {
+		t.Skip("the race detector allocates")
+	}
+	allocs(4096) // connect
+	// Background goroutines (heartbeats, the lease) allocate now and then:
+	// one clean measurement of three is enough.
+	var one, many float64
+	for try := 0; try < 3; try++ {
+		one, many = allocs(64<<10), allocs(4<<20) // 1 and 64 slices
+		if many <= one+2 {
+			t.Logf("allocations per batch: %v (1 slice), %v (64 slices)", one, many)
+			return
+		}
+	}
+	t.Fatalf("%v allocations for 64 slices, %v for 1", many, one)
+}
+
+// countingMeta is a Metadata of the caller's (as an etcd one would be):
+// the embedded table, counting lookups.
+type countingMeta struct {
+	*memTable
+	gets atomic.Int32
+}
+
+func (m *countingMeta) GetSegment(ctx context.Context, name string) (SegmentDesc, error) {
+	m.gets.Add(1)
+	return m.memTable.GetSegment(ctx, name)
+}
+
+// TestCustomMetadata: nodes given Config.Metadata publish to it and find
+// each other through it, with no metadata service.
+func TestCustomMetadata(t *testing.T) {
+	ctx := context.Background()
+	m := &countingMeta{memTable: newMemTable()}
+	var nodes []*Node
+	for _, name := range []string{"p", "q"} {
+		n, err := New(ctx, Config{Name: name, Devices: []string{"tcp0"}, Secret: secret, ArenaSize: 1 << 30, Metadata: m})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer n.Close()
+		if n.Addr() != "" {
+			t.Fatalf("a node with Config.Metadata serves %s", n.Addr())
+		}
+		nodes = append(nodes, n)
+	}
+	seg, _ := nodes[0].AllocSegment(ctx, "m", 4096)
+	copy(seg.Bytes(), "custom")
+	buf, _ := nodes[1].AllocMR(4096)
+	b, err := nodes[1].Submit(ctx, []Request{{Local: buf, Segment: "m", Length: 6}})
+	if err == nil {
+		err = b.Wait(ctx)
+	}
+	if err != nil || string(buf.Bytes()[:6]) != "custom" || m.gets.Load() == 0 {
+		t.Fatalf("%v %q %d", err, buf.Bytes()[:6], m.gets.Load())
+	}
+}
+
+// TestDuplicateNodeName: a name held by a live node is refused.
+func TestDuplicateNodeName(t *testing.T) {
+	ctx := context.Background()
+	nodes := cluster(t, "tcp0", 2)
+	for _, name := range []string{"n0", "n1"} {
+		if _, err := New(ctx, Config{Name: name, Devices: []string{"tcp0"}, Secret: secret, MetadataAddr: nodes[0].Addr()}); !errors.Is(err, ErrExists) {
+			t.Fatalf("%s again: %v", name, err)
+		}
+	}
+	// The refused node did not disturb the holder.
+	if _, err := nodes[1].AllocSegment(ctx, "still", 4096); err != nil {
+		t.Fatal(err)
+	}
+}
