@@ -382,3 +382,40 @@ func TestAliasKeepsMemoryReserved(t *testing.T) {
 		t.Run(dev, func(t *testing.T) { conformance.AliasKeepsMemoryReserved(t, dev) })
 	}
 }
+
+// A send queue slot is free by the time its completion can be polled: a
+// program that keeps the queue full, posting one work request for each
+// completion it polls, never sees ErrQueueFull.
+func TestSlotFreeWhenCompletionPolled(t *testing.T) {
+	for _, dev := range []string{"shm0", "tcp0"} {
+		t.Run(dev, func(t *testing.T) {
+			const depth = 8
+			p, err := conformance.NewPair(dev, 4096, depth)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer p.Close()
+			a, b := p.A, p.B
+			depthGot := a.QP.Cap().MaxSendWR
+			wr := []verbs.SendWR{{Opcode: verbs.OpWrite, Flags: verbs.SendSignaled,
+				SGL: []verbs.SGE{a.MR.SGE(0, 8)}, RemoteAddr: b.MR.Addr(), RKey: b.MR.RKey()}}
+			for i := 0; i < depthGot; i++ {
+				if err := a.QP.PostSend(wr); err != nil {
+					t.Fatal(err)
+				}
+			}
+			wcs := make([]verbs.WorkCompletion, 1)
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			for i := 0; i < 20000; i++ {
+				n, err := a.SCQ.Wait(ctx, wcs)
+				if err != nil || n != 1 || wcs[0].Status != verbs.StatusSuccess {
+					t.Fatalf("completion %d: %v %+v", i, err, wcs[0])
+				}
+				if err := a.QP.PostSend(wr); err != nil {
+					t.Fatalf("post %d right after polling a completion: %v", i, err)
+				}
+			}
+		})
+	}
+}

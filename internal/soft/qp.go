@@ -350,9 +350,11 @@ func (qp *QP) flushSQ() {
 	qp.cmu.Lock()
 	defer qp.cmu.Unlock()
 	for h := qp.head.Load(); h < qp.tail.Load(); h++ {
-		e := &qp.sq[h%uint64(len(qp.sq))]
-		qp.emitSend(e, StatusWRFlush)
+		w, emit := qp.sendWC(&qp.sq[h%uint64(len(qp.sq))], StatusWRFlush)
 		qp.head.Store(h + 1)
+		if emit {
+			qp.pushSend(&w)
+		}
 	}
 }
 
@@ -371,11 +373,23 @@ func (qp *QP) flushRQ() {
 var wcOpcodes = [...]uint32{rc.WCWrite, rc.WCWrite, rc.WCSend, rc.WCSend, rc.WCRead, rc.WCCompSwap, rc.WCFetchAdd}
 
 func (qp *QP) emitSend(e *SendEntry, st Status) {
-	if st == StatusSuccess && e.WR.Flags&SendSignaled == 0 && !qp.sigAll {
-		return
+	if w, ok := qp.sendWC(e, st); ok {
+		qp.pushSend(&w)
 	}
-	w := rc.WC{WRID: e.WR.ID, Status: rc.Status(st), Opcode: wcOpcodes[e.WR.Opcode], ByteLen: uint32(e.Len), QPN: qp.num}
-	if !qp.sendCQ.push(&w) && st == StatusSuccess {
+}
+
+// sendWC is the completion of e with st, and whether it is emitted
+// (successful unsignaled work requests complete silently).
+func (qp *QP) sendWC(e *SendEntry, st Status) (rc.WC, bool) {
+	if st == StatusSuccess && e.WR.Flags&SendSignaled == 0 && !qp.sigAll {
+		return rc.WC{}, false
+	}
+	return rc.WC{WRID: e.WR.ID, Status: rc.Status(st), Opcode: wcOpcodes[e.WR.Opcode], ByteLen: uint32(e.Len), QPN: qp.num}, true
+}
+
+// pushSend delivers a send completion.
+func (qp *QP) pushSend(w *rc.WC) {
+	if !qp.sendCQ.push(w) && w.Status == rc.Success {
 		// The completion was lost: the CQ reports overflow, and the QP
 		// cannot go on as if nothing happened.
 		go qp.enterError(true)
@@ -621,9 +635,14 @@ func (qp *QP) CompleteSend(st Status) bool {
 		qp.cmu.Unlock()
 		return qp.qcb.State() != rc.StateError
 	}
-	e := &qp.sq[h%uint64(len(qp.sq))]
-	qp.emitSend(e, st)
+	// The slot is free before its completion can be polled, so a post
+	// made right after polling it never finds the queue full; the
+	// completion is taken from the entry first.
+	w, emit := qp.sendWC(&qp.sq[h%uint64(len(qp.sq))], st)
 	qp.head.Store(h + 1)
+	if emit {
+		qp.pushSend(&w)
+	}
 	qp.cmu.Unlock()
 	if st != StatusSuccess {
 		qp.enterError(false)
