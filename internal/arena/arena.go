@@ -72,14 +72,7 @@ func New(name string, size int) (*Arena, error) {
 	if err != nil {
 		return nil, err
 	}
-	mem, err := sys.MapShared(fd, size)
-	for err != nil && errors.Is(err, syscall.ENOMEM) && releaseOldest() {
-		// Closed arenas still in their grace period hold the address
-		// space (their spans in use fragment it): wait for the oldest to
-		// go, then try again, rather than fail because of contexts
-		// already closed.
-		mem, err = sys.MapShared(fd, size)
-	}
+	mem, err := MapShared(fd, size)
 	if err != nil {
 		sys.Close(fd)
 		return nil, err
@@ -254,6 +247,19 @@ func quarantine(spans [][]byte) {
 		}
 		quarantineMu.Unlock()
 	})
+}
+
+// MapShared maps size bytes of fd shared (sys.MapShared). When the
+// address space is taken by closed arenas still in their grace period
+// (their spans in use fragment it), it waits for the oldest to go and tries
+// again, rather than fail because of contexts already closed; at most one
+// grace period.
+func MapShared(fd, size int) ([]byte, error) {
+	mem, err := sys.MapShared(fd, size)
+	for err != nil && errors.Is(err, syscall.ENOMEM) && releaseOldest() {
+		mem, err = sys.MapShared(fd, size)
+	}
+	return mem, err
 }
 
 // releaseOldest waits until the oldest quarantined arena's grace period

@@ -12,6 +12,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/rdmakit/rdmakit/internal/arena"
 	"os"
 	"sync"
 	"time"
@@ -177,7 +178,7 @@ func acquirePeer(a address) (*peer, error) {
 	if ino, err := sys.Inode(fd); err != nil || ino != a.ino {
 		return nil, fmt.Errorf("%w: fd %d of process %d is not its arena", ErrPeerMap, a.fd, a.pid)
 	}
-	mem, err := sys.MapShared(fd, int(a.size))
+	mem, err := arena.MapShared(fd, int(a.size))
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrPeerMap, err)
 	}
