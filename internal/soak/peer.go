@@ -289,6 +289,15 @@ func (p *peer) handle(m *Msg) (r Msg) {
 			r.Sums = append(r.Sums, crc32.ChecksumIEEE(b[s*BlockSize:(s+1)*BlockSize]))
 		}
 		return r
+	case "corrupt":
+		t, ok := p.in[m.Edge]
+		if !ok {
+			return fail(fmt.Errorf("no target edge %d", m.Edge))
+		}
+		for _, s := range m.Slots {
+			t.mr.Bytes()[s*BlockSize+BlockSize/2] ^= 0x40
+		}
+		return Msg{}
 	case "drop":
 		p.dropTarget(m.Edge)
 		return Msg{}

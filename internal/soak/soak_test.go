@@ -46,8 +46,8 @@ func TestSoak(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			t.Logf("epochs %d (verified %d, target lost %d), blocks checked %d; writes %d, reads %d, atomics %d, error completions %d; kills %d, stalls %d, network faults %d",
-				res.Epochs, res.Verified, res.Unverified, res.Blocks, res.Writes, res.Reads, res.Atomics, res.Errors, res.Kills, res.Stalls, res.NetFaults)
+			t.Logf("epochs %d (verified %d, target lost %d, initiator lost %d), blocks checked %d; writes %d, reads %d, atomics %d, error completions %d; kills %d, stalls %d, network faults %d",
+				res.Epochs, res.Verified, res.Unverified, res.SrcLost, res.Blocks, res.Writes, res.Reads, res.Atomics, res.Errors, res.Kills, res.Stalls, res.NetFaults)
 			for i, m := range res.Mark {
 				t.Logf("peer %d: mark %+v end %+v", i, m, res.End[i])
 			}
@@ -73,4 +73,21 @@ func splitComma(s string) []string {
 		}
 	}
 	return out
+}
+
+// TestSoakSeesCorruption checks the checker: one flipped byte in a
+// target's memory must be reported.
+func TestSoakSeesCorruption(t *testing.T) {
+	for _, dev := range splitComma(*flagDevices) {
+		t.Run(dev, func(t *testing.T) {
+			res, err := Run(Config{Device: dev, Peers: 2, Duration: 300 * time.Millisecond, Seed: 1, Sabotage: true, Logf: t.Logf})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(res.Violations) == 0 {
+				t.Fatal("a corrupted block went unnoticed")
+			}
+			t.Logf("reported as it should: %s", res.Violations[0])
+		})
+	}
 }
