@@ -20,6 +20,7 @@ import (
 	"os/exec"
 	"runtime"
 	"sort"
+	"sync"
 	"syscall"
 	"time"
 
@@ -89,6 +90,16 @@ type coord struct {
 	res   Result
 	epoch uint64
 	final bool // the last teardown: sabotage applies
+
+	pmu  sync.Mutex    // guards procs' slots against the watchdog's reads
+	done chan struct{} // closed when Run returns
+}
+
+// snapshot returns the current peers (for the watchdog's goroutine).
+func (c *coord) snapshot() []*proc {
+	c.pmu.Lock()
+	defer c.pmu.Unlock()
+	return append([]*proc(nil), c.procs...)
 }
 
 // Run runs a soak and returns what it saw; an error means the harness
@@ -103,31 +114,43 @@ func Run(cfg Config) (res *Result, err error) {
 	if cfg.Stderr == nil {
 		cfg.Stderr = os.Stderr
 	}
-	c := &coord{cfg: cfg, rng: rand.New(rand.NewSource(cfg.Seed))}
+	c := &coord{cfg: cfg, rng: rand.New(rand.NewSource(cfg.Seed)), done: make(chan struct{})}
+	defer close(c.done)
+	c.procs = make([]*proc, cfg.Peers)
 	bound := cfg.Duration + 3*time.Minute
 	wd := time.AfterFunc(bound, func() {
 		buf := make([]byte, 1<<20)
 		n := runtime.Stack(buf, true)
 		fmt.Fprintf(cfg.Stderr, "soak: watchdog: no end after %v; goroutines:\n%s\n", bound, buf[:n])
-		for _, p := range c.procs {
+		for _, p := range c.snapshot() {
 			if p != nil && p.cmd.Process != nil {
 				p.cmd.Process.Signal(syscall.SIGQUIT)
 			}
 		}
 		time.Sleep(2 * time.Second)
-		for _, p := range c.procs {
+		for _, p := range c.snapshot() {
 			if p != nil && p.cmd.Process != nil {
 				p.cmd.Process.Kill()
 			}
 		}
+		// Killing the peers unblocks every control call; if the
+		// coordinator is stuck elsewhere, end the process loudly.
+		select {
+		case <-c.done:
+		case <-time.After(15 * time.Second):
+			panic(fmt.Sprintf("soak: watchdog: run still going %v after its bound", 17*time.Second))
+		}
 	})
 	defer wd.Stop()
 	defer c.shutdown()
-	c.procs = make([]*proc, cfg.Peers)
 	for i := range c.procs {
-		if c.procs[i], err = c.start(i, 0); err != nil {
+		p, err := c.start(i, 0)
+		if err != nil {
 			return nil, err
 		}
+		c.pmu.Lock()
+		c.procs[i] = p
+		c.pmu.Unlock()
 	}
 	for i := 0; i < cfg.Peers; i++ {
 		c.edges = append(c.edges, &edgeState{id: i})
@@ -478,7 +501,9 @@ func (c *coord) repair() error {
 			if err != nil {
 				return err
 			}
+			c.pmu.Lock()
 			c.procs[i] = np
+			c.pmu.Unlock()
 		default:
 		}
 	}
