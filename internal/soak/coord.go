@@ -53,6 +53,7 @@ type Result struct {
 	Blocks                         int // blocks checked in target memory
 	Writes, Reads, Atomics, Errors uint64
 	Kills, Stalls, NetFaults       int
+	Rotations                      int           // edges stopped cleanly, checked and reconnected
 	Mark, End                      map[int]Stats // per peer that lived through the run
 }
 
@@ -533,9 +534,9 @@ func (c *coord) repair() error {
 // never killed, so at least one process lives through the whole run.
 func (c *coord) fault() error {
 	n := len(c.procs)
-	kinds := []string{"none", "kill", "stall"}
+	kinds := []string{"kill", "stall", "rotate", "rotate"}
 	if c.cfg.Device == "tcp0" {
-		kinds = []string{"kill", "stall", "net"}
+		kinds = []string{"kill", "stall", "net", "rotate"}
 	}
 	switch kinds[c.rng.Intn(len(kinds))] {
 	case "kill":
@@ -564,6 +565,16 @@ func (c *coord) fault() error {
 		time.Sleep(d)
 		p.cmd.Process.Signal(syscall.SIGCONT)
 		c.res.Stalls++
+	case "rotate":
+		// A clean stop in mid-traffic: everything in flight must complete
+		// (successfully, as nothing failed), the target is checked, and
+		// the edge is connected again with fresh QPs.
+		e := c.edges[c.rng.Intn(len(c.edges))]
+		c.cfg.Logf("rotate edge %d", e.id)
+		if err := c.teardown(e); err != nil {
+			return err
+		}
+		c.res.Rotations++
 	case "net":
 		e := c.edges[c.rng.Intn(len(c.edges))]
 		if e.proxy == nil {

@@ -46,8 +46,8 @@ func TestSoak(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			t.Logf("epochs %d (verified %d, target lost %d, initiator lost %d), blocks checked %d; writes %d, reads %d, atomics %d, error completions %d; kills %d, stalls %d, network faults %d",
-				res.Epochs, res.Verified, res.Unverified, res.SrcLost, res.Blocks, res.Writes, res.Reads, res.Atomics, res.Errors, res.Kills, res.Stalls, res.NetFaults)
+			t.Logf("epochs %d (verified %d, target lost %d, initiator lost %d), blocks checked %d; writes %d, reads %d, atomics %d, error completions %d; kills %d, stalls %d, network faults %d, rotations %d",
+				res.Epochs, res.Verified, res.Unverified, res.SrcLost, res.Blocks, res.Writes, res.Reads, res.Atomics, res.Errors, res.Kills, res.Stalls, res.NetFaults, res.Rotations)
 			for i, m := range res.Mark {
 				t.Logf("peer %d: mark %+v end %+v", i, m, res.End[i])
 			}
