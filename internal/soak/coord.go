@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/rdmakit/rdmakit/internal/sys"
 	"io"
 	"math/rand"
 	"net"
@@ -561,9 +562,9 @@ func (c *coord) fault() error {
 		}
 		c.cfg.Logf("stall peer %d for %v", v, d)
 		p := c.procs[v]
-		p.cmd.Process.Signal(syscall.SIGSTOP)
+		sys.StopProcess(p.cmd.Process.Pid)
 		time.Sleep(d)
-		p.cmd.Process.Signal(syscall.SIGCONT)
+		sys.ContinueProcess(p.cmd.Process.Pid)
 		c.res.Stalls++
 	case "rotate":
 		// A clean stop in mid-traffic: everything in flight must complete

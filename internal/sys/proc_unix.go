@@ -43,6 +43,13 @@ func MemlockLimit() (uint64, error) {
 	return uint64(r.Cur), nil
 }
 
+// StopProcess stops process pid (SIGSTOP) and ContinueProcess resumes it
+// (SIGCONT): a stalled peer, for fault tests.
+func StopProcess(pid int) error { return syscall.Kill(pid, syscall.SIGSTOP) }
+
+// ContinueProcess resumes a process StopProcess stopped.
+func ContinueProcess(pid int) error { return syscall.Kill(pid, syscall.SIGCONT) }
+
 // ProcessLimits returns the soft RLIMIT_NPROC (processes of this user) and
 // RLIMIT_NOFILE (open files) limits; Unlimited where there is none.
 func ProcessLimits() (nproc, nofile uint64, err error) {

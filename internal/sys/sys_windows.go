@@ -80,6 +80,12 @@ func KillProcessGroup(pid int) error { return notSupported("kill(-pgid)") }
 // MemlockLimit is not supported on Windows (there is no RLIMIT_MEMLOCK).
 func MemlockLimit() (uint64, error) { return 0, notSupported("getrlimit(RLIMIT_MEMLOCK)") }
 
+// StopProcess is not supported on Windows.
+func StopProcess(pid int) error { return notSupported("SIGSTOP") }
+
+// ContinueProcess is not supported on Windows.
+func ContinueProcess(pid int) error { return notSupported("SIGCONT") }
+
 // ProcessLimits: Windows has no such per-user limits.
 func ProcessLimits() (nproc, nofile uint64, err error) { return Unlimited, Unlimited, nil }
 
