@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"runtime"
@@ -117,7 +118,13 @@ func TestBootstrapRootBoundsRankCount(t *testing.T) {
 	if grew > 16<<20 {
 		t.Errorf("the root allocated %d bytes for a 2^28-rank claim", grew)
 	}
-	if _, err := NewComm(ctx, UniqueID{}, MaxRanks+1, 0, nil); !errors.Is(err, ErrInvalidArgument) {
+	// With a well-formed id (naming this root), so that only the rank
+	// count can be refused.
+	id, err := ParseUniqueID(fmt.Sprintf("rkc1:%016x@%s", 42, r.ln.Addr().String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := NewComm(ctx, id, MaxRanks+1, 0, nil); !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), "rank 0 of") {
 		t.Errorf("NewComm with %d ranks: %v", MaxRanks+1, err)
 	}
 }
