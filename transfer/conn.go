@@ -9,9 +9,7 @@ package transfer
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -196,19 +194,7 @@ func (qc *qpConn) post(ctx context.Context, b *Batch, req int, op verbs.Opcode, 
 	qc.slots[s] = slot{b: b, req: req}
 	qc.sge[0] = sge
 	qc.wr[0] = verbs.SendWR{ID: uint64(s), Opcode: op, Flags: verbs.SendSignaled, SGL: qc.sge[:], RemoteAddr: raddr, RKey: rkey}
-	err := qc.c.QP().PostSend(qc.wr[:])
-	for try := 0; errors.Is(err, verbs.ErrQueueFull) && try < 1000; try++ {
-		// A completion seen before its entry left the queue (see
-		// cmOptions): a moment later it has.
-		qc.mu.Unlock()
-		runtime.Gosched()
-		qc.mu.Lock()
-		if qc.closed { // close failed the slot
-			return nil
-		}
-		err = qc.c.QP().PostSend(qc.wr[:])
-	}
-	if err != nil {
+	if err := qc.c.QP().PostSend(qc.wr[:]); err != nil {
 		qc.slots[s] = slot{}
 		qc.free <- s
 		return fmt.Errorf("%w: node %q: post: %v", ErrPeerLost, qc.p.key.node, err)

@@ -294,9 +294,9 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 func (n *Node) cmOptions(d *device) cm.Options {
 	return cm.Options{
 		Secret: n.cfg.Secret, Insecure: n.cfg.Insecure && len(n.cfg.Secret) == 0, PD: d.pd,
-		// Twice the slots the engine uses: the software transports show a
-		// completion a moment before they retire its send-queue entry.
-		Cap:         verbs.QPCap{MaxSendWR: 2 * n.cfg.QueueDepth, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1},
+		// One send slot per engine slot: a slot is free again once its
+		// completion is polled (a verbs guarantee).
+		Cap:         verbs.QPCap{MaxSendWR: n.cfg.QueueDepth, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1},
 		SignalAll:   true,
 		PeerTimeout: n.cfg.PeerTimeout,
 	}
