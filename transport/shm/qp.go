@@ -254,7 +254,17 @@ func (d *qpDriver) execOne(e *soft.SendEntry) rc.Status {
 		if st != rc.Success {
 			return st
 		}
+		// The result buffer is pinned first: an atomic refused for its
+		// local buffer must not have been executed at the target.
+		lp := e.LocalPins(d.qp)
+		result := len(e.Local) == 1
+		if result && !lp.Enter(0) {
+			return rc.LocalProtection
+		}
 		if !t.Enter(pin) {
+			if result {
+				lp.Leave(0)
+			}
 			return rc.RemoteAccess
 		}
 		var old uint64
@@ -264,10 +274,7 @@ func (d *qpDriver) execOne(e *soft.SendEntry) rc.Status {
 			old = fetchAdd(word, wr.CompareAdd)
 		}
 		t.Leave(pin)
-		if lp := e.LocalPins(d.qp); len(e.Local) == 1 {
-			if !lp.Enter(0) {
-				return rc.LocalProtection
-			}
+		if result {
 			binary.LittleEndian.PutUint64(e.Local[0], old)
 			lp.Leave(0)
 		}
