@@ -245,22 +245,11 @@ func inBounds(e keytab.Entry, addr uint64, n int) bool {
 	return addr >= e.VA && end >= addr && end <= e.VA+e.Length
 }
 
-// Remote resolves [addr, addr+n) of the region named by rkey for an
+// RemotePin resolves [addr, addr+n) of the region named by rkey for an
 // operation that needs access (AccessRemoteWrite, AccessRemoteRead or
-// AccessRemoteAtomic). The QP must allow access; a zero-length operation
-// needs no valid key.
-func (t *Target) Remote(rkey uint32, addr uint64, n int, access uint32) ([]byte, Status) {
-	return t.RemoteCached(nil, rkey, addr, n, access)
-}
-
-// RemoteCached is Remote with a lookup cache (nil: none); the cache must
-// not be shared between goroutines.
-func (t *Target) RemoteCached(c *keytab.Cache, rkey uint32, addr uint64, n int, access uint32) ([]byte, Status) {
-	m, _, st := t.RemotePin(c, rkey, addr, n, access)
-	return m, st
-}
-
-// RemotePin is RemoteCached that also returns the key's pin: the memory
+// AccessRemoteAtomic), with a lookup cache c (nil: none; not shared
+// between goroutines). The QP must allow access; a zero-length operation
+// needs no valid key. It also returns the key's pin: the memory
 // may be touched only between t.Enter(pin) and t.Leave(pin), a bounded
 // piece (ChunkSize) at a time, so that Dereg can guarantee that nothing
 // touches it once it returns. A zero-length request gets the zero pin.
@@ -314,16 +303,13 @@ type LocalPins struct {
 
 // Enter starts a touch of local segment i; false: deregistered.
 func (lp LocalPins) Enter(i int) bool {
-	if i >= len(lp.Pins) || lp.Pins[i].Zero() {
-		return true
-	}
-	return lp.Keys.Enter(lp.Pins[i])
+	return i >= len(lp.Pins) || lp.Keys.EnterOpt(lp.Pins[i])
 }
 
 // Leave ends a touch of segment i begun by a successful Enter.
 func (lp LocalPins) Leave(i int) {
-	if i < len(lp.Pins) && !lp.Pins[i].Zero() {
-		lp.Keys.Leave(lp.Pins[i])
+	if i < len(lp.Pins) {
+		lp.Keys.LeaveOpt(lp.Pins[i])
 	}
 }
 
@@ -378,13 +364,8 @@ func (t *Target) CopyOut(pin keytab.Pin, dst [][]byte, src []byte, lp LocalPins)
 	return Success
 }
 
-// Atomic resolves the 8-byte word at addr for an atomic operation.
-func (t *Target) Atomic(rkey uint32, addr uint64) ([]byte, Status) {
-	m, _, st := t.AtomicPin(rkey, addr)
-	return m, st
-}
-
-// AtomicPin is Atomic with the key's pin (the atomic is one touch).
+// AtomicPin resolves the 8-byte word at addr for an atomic operation,
+// with the key's pin (the atomic is one touch).
 func (t *Target) AtomicPin(rkey uint32, addr uint64) ([]byte, keytab.Pin, Status) {
 	if addr&7 != 0 {
 		return nil, keytab.Pin{}, RemoteInvalidReq
@@ -392,14 +373,8 @@ func (t *Target) AtomicPin(rkey uint32, addr uint64) ([]byte, keytab.Pin, Status
 	return t.RemotePin(nil, rkey, addr, 8, AccessRemoteAtomic)
 }
 
-// Local resolves a receive SGE (lkey, addr, n) of the target; receive
-// buffers need local write access.
-func (t *Target) Local(lkey uint32, addr uint64, n int) ([]byte, Status) {
-	m, _, st := t.LocalPin(lkey, addr, n)
-	return m, st
-}
-
-// LocalPin is Local with the key's pin (see RemotePin).
+// LocalPin resolves a receive SGE (lkey, addr, n) of the target (receive
+// buffers need local write access), with the key's pin (see RemotePin).
 func (t *Target) LocalPin(lkey uint32, addr uint64, n int) ([]byte, keytab.Pin, Status) {
 	if n == 0 {
 		return nil, keytab.Pin{}, Success
@@ -560,16 +535,11 @@ func (wc *WC) Decode(b []byte) {
 	wc.Flags = le.Uint32(b[32:])
 }
 
-// ScatterRecv resolves the receive w for an incoming message of n bytes into
-// segs (len >= w.N) and returns how many segments are used. A message
-// longer than the receive gives LocalLength; a bad receive SGE gives
-// LocalProtection.
-func (t *Target) ScatterRecv(w *RecvWQE, n int, segs [][]byte) (int, Status) {
-	return t.ScatterRecvPin(w, n, segs, nil)
-}
-
-// ScatterRecvPin is ScatterRecv that also records each segment's pin in
-// pins (len >= w.N; nil: none), for CopySGPinned.
+// ScatterRecvPin resolves the receive w for an incoming message of n bytes
+// into segs (len >= w.N), records each segment's pin in pins (len >= w.N;
+// nil: none) for CopySGPinned, and returns how many segments are used. A
+// message longer than the receive gives LocalLength; a bad receive SGE
+// gives LocalProtection.
 func (t *Target) ScatterRecvPin(w *RecvWQE, n int, segs [][]byte, pins []keytab.Pin) (int, Status) {
 	if uint64(n) > w.Total() {
 		return 0, LocalLength

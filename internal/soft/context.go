@@ -347,8 +347,10 @@ func (mr *MR) Dereg() error {
 		}
 	}
 	c.mu.Unlock()
+	// One deadline for both keys: Dereg waits at most deregWait.
+	deadline := time.Now().Add(deregWait)
 	idle := c.keys.Idle(ls, deregWait)
-	idle = c.keys.Idle(rs, deregWait) && idle
+	idle = c.keys.Idle(rs, max(time.Until(deadline), 0)) && idle
 	if free != nil && idle {
 		c.arena.Free(free.off, free.n)
 	}
