@@ -229,3 +229,19 @@ func TestSignalExit(t *testing.T) {
 		}
 	}
 }
+
+// rping's command lines: -d is debug (a boolean, never a device), -P, -q
+// and -l are accepted, and a stray argument is an error naming it.
+func TestPingRpingFlags(t *testing.T) {
+	_, errOut, code := rdmakit(t, "ping", "-s", "-a", "127.0.0.1", "-v", "-d", "-C", "1", "-P", "-q")
+	if code == 2 || strings.Contains(errOut, "unexpected argument") {
+		t.Fatalf("rping's -d -C 1 -P -q refused (exit %d): %s", code, errOut)
+	}
+	if !strings.Contains(errOut, "-P is accepted") || !strings.Contains(errOut, "-q is accepted") {
+		t.Errorf("no note for -P/-q: %s", errOut)
+	}
+	_, errOut, code = rdmakit(t, "ping", "-s", "-a", "127.0.0.1", "extra")
+	if code != 2 || !strings.Contains(errOut, `unexpected argument "extra"`) {
+		t.Errorf("stray argument: exit %d: %s", code, errOut)
+	}
+}

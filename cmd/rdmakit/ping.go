@@ -52,7 +52,10 @@ Speaks rping's protocol (rdmacm-utils), in either role, over rdma_cm.
   -S SIZE       ping size in bytes (default 64, minimum 16)
   -v            print each ping's data, as rping -v
   -V            validate the echoed data (always done; accepted for rping compatibility)
-  -d DEV        device (default: the one rdma_cm picks for ADDR)
+  -d            debug output, as rping -d (connection steps to stderr)
+  -P            persistent server (accepted, with a note: this server serves one client)
+  -q, -l        accepted for rping compatibility (no effect here), with a note
+  --dev DEV     device (default: the one rdma_cm picks for ADDR)
 `
 
 // pingInfo is rping's struct rping_rdma_info: buf (be64), rkey (be32),
@@ -70,7 +73,11 @@ func runPing(args []string) int {
 	size := fs.Int("S", 64, "")
 	verbose := fs.Bool("v", false, "")
 	fs.Bool("V", false, "")
-	dev := fs.String("d", "", "")
+	debug := fs.Bool("d", false, "")
+	persistent := fs.Bool("P", false, "")
+	quiet := fs.Bool("q", false, "")
+	loop := fs.Bool("l", false, "")
+	dev := fs.String("dev", "", "")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Print(pingUsage)
@@ -78,6 +85,18 @@ func runPing(args []string) int {
 		}
 		fmt.Fprintf(os.Stderr, "rdmakit ping: %v\n%s", err, pingUsage)
 		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "rdmakit ping: unexpected argument %q\n%s", fs.Arg(0), pingUsage)
+		return 2
+	}
+	for _, f := range []struct {
+		set  bool
+		flag string
+	}{{*persistent, "-P"}, {*quiet, "-q"}, {*loop, "-l"}} {
+		if f.set {
+			fmt.Fprintf(os.Stderr, "rdmakit ping: note: %s is accepted for rping compatibility and has no effect here\n", f.flag)
+		}
 	}
 	if *server == *client || *addr == "" {
 		fmt.Fprint(os.Stderr, "rdmakit ping: give -s or -c, and -a ADDR\n", pingUsage)
@@ -104,12 +123,20 @@ func runPing(args []string) int {
 	defer sigs.Stop()
 	ctx := context.Context(sigs)
 	p := &pinger{ip: ip, port: uint16(*port), count: *count, size: *size, verbose: *verbose, dev: *dev}
+	debugf := func(format string, a ...any) {
+		if *debug {
+			fmt.Fprintf(os.Stderr, "rdmakit ping: "+format+"\n", a...)
+		}
+	}
 	var err error
 	if *server {
+		debugf("server on %s port %d, device %q", ip, *port, *dev)
 		err = p.serve(ctx)
 	} else {
+		debugf("client to %s port %d, device %q, %d pings of %d bytes", ip, *port, *dev, *count, *size)
 		err = p.ping(ctx)
 	}
+	debugf("done: %v", err)
 	if st := sigs.Status(); st != 0 {
 		// rping stops on a signal too; say so in the exit status.
 		return st
