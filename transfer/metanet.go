@@ -201,6 +201,9 @@ func (s *metaServer) serve(c net.Conn) {
 	c.SetDeadline(time.Time{})
 	ctx := context.Background()
 	for {
+		// A client that says nothing for metaIdle (dead, or done) gives
+		// its slot back; a live one redials on its next call.
+		c.SetReadDeadline(time.Now().Add(metaIdle))
 		typ, p, err := r.Next()
 		if err != nil || typ != fRequest {
 			return
@@ -211,6 +214,19 @@ func (s *metaServer) serve(c net.Conn) {
 		}
 	}
 }
+
+// mustRand fills b from crypto/rand; a nonce that is not random would
+// let a recorded handshake be replayed, so a failure is fatal.
+func mustRand(b []byte) {
+	if _, err := rand.Read(b); err != nil {
+		panic("transfer: crypto/rand failed: " + err.Error())
+	}
+}
+
+// metaIdle is how long the metadata service keeps a connection that sends
+// nothing: nodes renew their lease every LeaseTTL/3 (seconds), other
+// clients reconnect when they call again.
+const metaIdle = 2 * time.Minute
 
 func (s *metaServer) authenticate(r *frame.Reader, w *frame.Writer) bool {
 	reject := func(why string) bool {
@@ -238,7 +254,7 @@ func (s *metaServer) authenticate(r *frame.Reader, w *frame.Writer) bool {
 		return w.WriteFrame(fOK, nil) == nil
 	}
 	ns := make([]byte, 32)
-	rand.Read(ns)
+	mustRand(ns)
 	ch := append(append([]byte(nil), ns...), metaMAC(s.secret, "server", nc, ns)...)
 	if w.WriteFrame(fChallenge, ch) != nil {
 		return false
@@ -322,11 +338,10 @@ func (s *metaServer) handle(ctx context.Context, p []byte) []byte {
 
 // metaClient is Metadata served by another node.
 type metaClient struct {
-	addr     string
-	secret   []byte
-	insecure bool
-	life     context.Context // ends at Close
-	end      context.CancelFunc
+	addr   string
+	secret []byte          // nil: unauthenticated (New has checked Config.Insecure)
+	life   context.Context // ends at Close
+	end    context.CancelFunc
 
 	// mu serialises calls and guards conn, r, w, closed.
 	mu     sync.Mutex
@@ -361,7 +376,7 @@ func (m *metaClient) dialLocked(ctx context.Context) error {
 
 func (m *metaClient) handshake(r *frame.Reader, w *frame.Writer) error {
 	nc := make([]byte, 32)
-	rand.Read(nc)
+	mustRand(nc)
 	flags := byte(0)
 	if len(m.secret) > 0 {
 		flags = 1
@@ -489,8 +504,8 @@ type remoteErr struct {
 func (e remoteErr) Error() string { return e.msg }
 func (e remoteErr) Unwrap() error { return e.kind }
 
-func newMetaClient(addr string, secret []byte, insecure bool) *metaClient {
-	m := &metaClient{addr: addr, secret: secret, insecure: insecure}
+func newMetaClient(addr string, secret []byte) *metaClient {
+	m := &metaClient{addr: addr, secret: secret}
 	m.life, m.end = context.WithCancel(context.Background())
 	return m
 }

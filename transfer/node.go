@@ -276,7 +276,7 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 		}
 		n.meta, n.ownMeta, ttl = t, true, 0 // the table's own node does not expire
 	default:
-		n.meta, n.ownMeta = newMetaClient(cfg.MetadataAddr, cfg.Secret, cfg.Insecure), true
+		n.meta, n.ownMeta = newMetaClient(cfg.MetadataAddr, cfg.Secret), true
 	}
 	if err := n.meta.PutNode(ctx, n.info, ttl); err != nil {
 		return nil, err
