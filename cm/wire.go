@@ -240,14 +240,30 @@ func decodeMsg(typ byte, p []byte) (*msg, error) {
 // readMsg reads one message from r. The frame.Reader it uses reads
 // nothing past the frame, so handshakes can call it message by message.
 func readMsg(r io.Reader) (*msg, error) {
-	m, _, err := readMsgRaw(r)
-	return m, err
+	return nextMsg(frame.NewReader(r, maxFrame))
 }
 
 // readMsgRaw is readMsg that also returns a copy of the frame's payload
 // (what a proof covers).
 func readMsgRaw(r io.Reader) (*msg, []byte, error) {
-	fr := frame.NewReader(r, maxFrame)
+	m, p, err := nextMsgPayload(frame.NewReader(r, maxFrame))
+	if err != nil {
+		return nil, nil, err
+	}
+	return m, append([]byte(nil), p...), nil
+}
+
+// nextMsg reads one message from fr. A frame over maxFrame is an
+// ErrProtocol error, refused before anything is allocated for it; the end
+// of the stream inside a frame matches io.ErrUnexpectedEOF.
+func nextMsg(fr *frame.Reader) (*msg, error) {
+	m, _, err := nextMsgPayload(fr)
+	return m, err
+}
+
+// nextMsgPayload is nextMsg that also returns the payload (valid until
+// fr's next read).
+func nextMsgPayload(fr *frame.Reader) (*msg, []byte, error) {
 	typ, p, err := fr.Next()
 	if err != nil {
 		if errors.Is(err, frame.ErrTooLarge) {
@@ -259,21 +275,7 @@ func readMsgRaw(r io.Reader) (*msg, []byte, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	return m, append([]byte(nil), p...), nil
-}
-
-// nextMsg reads one message from fr. A frame over maxFrame is an
-// ErrProtocol error, refused before anything is allocated for it; the end
-// of the stream inside a frame matches io.ErrUnexpectedEOF.
-func nextMsg(fr *frame.Reader) (*msg, error) {
-	typ, p, err := fr.Next()
-	if err != nil {
-		if errors.Is(err, frame.ErrTooLarge) {
-			return nil, fmt.Errorf("%w: %w", ErrProtocol, err)
-		}
-		return nil, err
-	}
-	return decodeMsg(typ, p)
+	return m, p, nil
 }
 
 // writeMsg encodes m and writes it to w in one Write.
