@@ -3,6 +3,7 @@ package arena
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"testing"
 
 	"github.com/rdmakit/rdmakit/internal/sys"
@@ -12,6 +13,9 @@ func newOrSkip(t *testing.T, name string, size int) *Arena {
 	t.Helper()
 	a, err := New(name, size)
 	if errors.Is(err, sys.ErrNotSupported) {
+		if runtime.GOOS == "linux" {
+			t.Fatalf("not supported on Linux, where it must be: %v", err)
+		}
 		t.Skip(err)
 	}
 	if err != nil {

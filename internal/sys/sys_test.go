@@ -16,6 +16,9 @@ import (
 func skipIfNotSupported(t *testing.T, err error) {
 	t.Helper()
 	if errors.Is(err, ErrNotSupported) {
+		if runtime.GOOS == "linux" {
+			t.Fatalf("not supported on Linux, where it must be: %v", err)
+		}
 		t.Skip(err)
 	}
 	if err != nil {
