@@ -85,6 +85,24 @@ func add[T comparable](c *Context, set map[T]struct{}, o T) error {
 	return nil
 }
 
+// drop removes o from set under the context's lock unless busy (called
+// with the lock held) says it is still in use; gone reports whether it
+// was there at all (closing twice is a no-op).
+func drop[T comparable](c *Context, set map[T]struct{}, o T, busy func() error) (gone bool, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := set[o]; !ok {
+		return false, nil
+	}
+	if busy != nil {
+		if err := busy(); err != nil {
+			return false, err
+		}
+	}
+	delete(set, o)
+	return true, nil
+}
+
 // Close destroys everything created from the context (queue pairs, shared
 // receive queues, memory regions, completion queues, protection domains,
 // in that order), unblocks waiters and releases the device.
@@ -171,31 +189,27 @@ func (pd *PD) Driver() driver.PD { return pd.d }
 // or shared receive queues use it.
 func (pd *PD) Close() error {
 	c := pd.ctx
-	c.mu.Lock()
-	if _, ok := c.pds[pd]; !ok {
-		c.mu.Unlock()
+	ok, err := drop(c, c.pds, pd, func() error {
+		for m := range c.mrs {
+			if m.pd == pd {
+				return fmt.Errorf("%w: PD still has memory regions", ErrBusy)
+			}
+		}
+		for q := range c.qps {
+			if q.pd == pd {
+				return fmt.Errorf("%w: PD still has queue pairs", ErrBusy)
+			}
+		}
+		for s := range c.srqs {
+			if s.pd == pd {
+				return fmt.Errorf("%w: PD still has shared receive queues", ErrBusy)
+			}
+		}
 		return nil
+	})
+	if !ok {
+		return err
 	}
-	for m := range c.mrs {
-		if m.pd == pd {
-			c.mu.Unlock()
-			return fmt.Errorf("%w: PD still has memory regions", ErrBusy)
-		}
-	}
-	for q := range c.qps {
-		if q.pd == pd {
-			c.mu.Unlock()
-			return fmt.Errorf("%w: PD still has queue pairs", ErrBusy)
-		}
-	}
-	for s := range c.srqs {
-		if s.pd == pd {
-			c.mu.Unlock()
-			return fmt.Errorf("%w: PD still has shared receive queues", ErrBusy)
-		}
-	}
-	delete(c.pds, pd)
-	c.mu.Unlock()
 	return pd.d.Close()
 }
 
@@ -291,14 +305,9 @@ func (mr *MR) SGE(off, n int) SGE {
 // Dereg deregisters the region: from the moment it returns, its keys
 // resolve nowhere. Memory from AllocMR is released.
 func (mr *MR) Dereg() error {
-	c := mr.pd.ctx
-	c.mu.Lock()
-	if _, ok := c.mrs[mr]; !ok {
-		c.mu.Unlock()
+	if ok, _ := drop(mr.pd.ctx, mr.pd.ctx.mrs, mr, nil); !ok {
 		return fmt.Errorf("%w: region already deregistered", ErrInvalidArgument)
 	}
-	delete(c.mrs, mr)
-	c.mu.Unlock()
 	return mr.d.Dereg()
 }
 
@@ -374,19 +383,17 @@ func (cq *CQ) Wait(ctx context.Context, wcs []WorkCompletion) (int, error) {
 // fails with ErrBusy while queue pairs use it.
 func (cq *CQ) Close() error {
 	c := cq.ctx
-	c.mu.Lock()
-	if _, ok := c.cqs[cq]; !ok {
-		c.mu.Unlock()
-		return nil
-	}
-	for q := range c.qps {
-		if q.sendCQ == cq || q.recvCQ == cq {
-			c.mu.Unlock()
-			return fmt.Errorf("%w: CQ still used by QP %#x", ErrBusy, q.num)
+	ok, err := drop(c, c.cqs, cq, func() error {
+		for q := range c.qps {
+			if q.sendCQ == cq || q.recvCQ == cq {
+				return fmt.Errorf("%w: CQ still used by QP %#x", ErrBusy, q.num)
+			}
 		}
+		return nil
+	})
+	if !ok {
+		return err
 	}
-	delete(c.cqs, cq)
-	c.mu.Unlock()
 	return cq.d.Close()
 }
 
@@ -428,19 +435,17 @@ func (s *SRQ) PostRecv(wrs []RecvWR) error { return s.d.PostRecv(wrs) }
 // Close destroys the SRQ; it fails with ErrBusy while queue pairs use it.
 func (s *SRQ) Close() error {
 	c := s.pd.ctx
-	c.mu.Lock()
-	if _, ok := c.srqs[s]; !ok {
-		c.mu.Unlock()
-		return nil
-	}
-	for q := range c.qps {
-		if q.srq == s {
-			c.mu.Unlock()
-			return fmt.Errorf("%w: SRQ still used by QP %#x", ErrBusy, q.num)
+	ok, err := drop(c, c.srqs, s, func() error {
+		for q := range c.qps {
+			if q.srq == s {
+				return fmt.Errorf("%w: SRQ still used by QP %#x", ErrBusy, q.num)
+			}
 		}
+		return nil
+	})
+	if !ok {
+		return err
 	}
-	delete(c.srqs, s)
-	c.mu.Unlock()
 	return s.d.Close()
 }
 
@@ -549,13 +554,8 @@ func (qp *QP) PostRecv(wrs []RecvWR) error {
 // Close destroys the QP. Outstanding work requests are dropped without
 // completions, as with ibv_destroy_qp.
 func (qp *QP) Close() error {
-	c := qp.ctx
-	c.mu.Lock()
-	if _, ok := c.qps[qp]; !ok {
-		c.mu.Unlock()
+	if ok, _ := drop(qp.ctx, qp.ctx.qps, qp, nil); !ok {
 		return nil
 	}
-	delete(c.qps, qp)
-	c.mu.Unlock()
 	return qp.d.Close()
 }
