@@ -331,19 +331,12 @@ func (t *Target) both(pin keytab.Pin, lp LocalPins, i int) Status {
 // it returns RemoteAccess (LocalProtection), with the rest not copied,
 // when the target's (a local) key is deregistered on the way.
 func (t *Target) CopyIn(pin keytab.Pin, dst []byte, src [][]byte, lp LocalPins) Status {
-	for i, s := range src {
-		for len(s) > 0 {
-			k := min(len(s), ChunkSize)
-			if st := t.both(pin, lp, i); st != Success {
-				return st
-			}
-			copy(dst, s[:k])
-			lp.Leave(i)
-			t.keys.Leave(pin)
-			dst, s = dst[k:], s[k:]
-		}
+	d, p := [1][]byte{dst}, [1]keytab.Pin{pin}
+	if recv, local := t.CopySGPinned(d[:], p[:], src, lp); recv != Success {
+		return RemoteAccess
+	} else {
+		return local
 	}
-	return Success
 }
 
 // CopyOut copies src (target memory of pin) into the scatter list dst
