@@ -156,3 +156,55 @@ base driver-missing 9000
 modules driver-missing ib_core ib_uverbs rdma_ucm mlx5_core
 mkdir -p hosts/driver-missing/sys/class/net/eth0/device
 ln -s ../../../../bus/pci/drivers/mlx5_core hosts/driver-missing/sys/class/net/eth0/device/driver
+
+# A cluster node for the device plugin: every kind of device at once.
+# mlx5_0 a RoCE PF (eth0) with two VFs (mlx5_2, mlx5_3 on eth0v0, eth0v1),
+# mlx5_1 InfiniBand (ib0), rxe0 over eth1, siw0 over eth2, and efa_0 (an
+# EFA-like device: its own link layer, no netdev).
+base cluster 9000
+modules cluster ib_core ib_uverbs rdma_ucm ib_umad mlx5_core mlx5_ib rdma_rxe siw efa
+h=hosts/cluster
+mkdir -p $h/dev/infiniband; : >$h/dev/infiniband/rdma_cm
+n=0
+cdev() { # $1 device, $2 uverbs number, then mad numbers
+	w $h/sys/class/infiniband_verbs/uverbs$2/ibdev $1; : >$h/dev/infiniband/uverbs$2
+	d=$1; shift 2
+	for m in "$@"; do
+		for k in umad issm; do w $h/sys/class/infiniband_mad/$k$m/ibdev $d; w $h/sys/class/infiniband_mad/$k$m/port 1; : >$h/dev/infiniband/$k$m; done
+	done
+}
+pci() { # $1 device, $2 addr, $3 vendor:device, $4 driver, $5 numa, $6 physfn or ""
+	pd=$h/sys/class/infiniband/$1/device
+	w $pd/uevent "DRIVER=$4
+PCI_CLASS=20000
+PCI_ID=$3
+PCI_SUBSYS_ID=15B3:0062
+PCI_SLOT_NAME=$2"
+	w $pd/vendor 0x${3%%:*}; w $pd/device 0x${3#*:}; w $pd/numa_node $5
+	ln -s ../../../../bus/pci/drivers/$4 $pd/driver
+	[ -z "$6" ] || ln -s ../$6 $pd/physfn
+	w $h/sys/bus/pci/devices/$2/infiniband/$1/ibdev $1
+}
+cport() { # $1 device, $2 link layer, $3 netdev or "", $4 rate
+	pd=$h/sys/class/infiniband/$1/ports/1
+	w $pd/state "4: ACTIVE"; w $pd/phys_state "5: LinkUp"; w $pd/rate "$4"; w $pd/link_layer "$2"
+	w $pd/counters/port_xmit_data 0
+	[ -n "$3" ] || return 0
+	w $h/sys/class/net/$3/mtu 9000
+	if [ "$2" = Ethernet ]; then
+		w $pd/gids/0 fe80:0000:0000:0000:0ac0:ebff:fe00:0001; w $pd/gid_attrs/types/0 "IB/RoCE v1"; w $pd/gid_attrs/ndevs/0 $3
+		w $pd/gids/1 fe80:0000:0000:0000:0ac0:ebff:fe00:0001; w $pd/gid_attrs/types/1 "RoCE v2"; w $pd/gid_attrs/ndevs/1 $3
+	fi
+}
+for d in mlx5_0 mlx5_1 mlx5_2 mlx5_3 efa_0; do w $h/sys/class/infiniband/$d/node_type "1: CA"; done
+pci mlx5_0 0000:03:00.0 15B3:101D mlx5_core 0 ""; cport mlx5_0 Ethernet eth0 "200 Gb/sec (4X HDR)"; cdev mlx5_0 0 0
+pci mlx5_1 0000:04:00.0 15B3:101B mlx5_core 1 ""; cport mlx5_1 InfiniBand "" "200 Gb/sec (4X HDR)"; cdev mlx5_1 1 1
+mkdir -p $h/sys/class/infiniband/mlx5_1/device/net/ib0; w $h/sys/class/net/ib0/mtu 4092
+w $h/sys/class/infiniband/mlx5_1/ports/1/gids/0 fe80:0000:0000:0000:0ac0:ebff:fe00:0002
+pci mlx5_2 0000:03:00.2 15B3:101E mlx5_core 0 0000:03:00.0; cport mlx5_2 Ethernet eth0v0 "200 Gb/sec (4X HDR)"; cdev mlx5_2 2 2
+pci mlx5_3 0000:03:00.3 15B3:101E mlx5_core 0 0000:03:00.0; cport mlx5_3 Ethernet eth0v1 "200 Gb/sec (4X HDR)"; cdev mlx5_3 3 3
+w $h/sys/class/infiniband/rxe0/node_type "1: CA"; w $h/sys/class/infiniband/rxe0/parent eth1
+cport rxe0 Ethernet eth1 "100 Gb/sec (4X EDR)"; cdev rxe0 4
+w $h/sys/class/infiniband/siw0/node_type "4: RNIC"; w $h/sys/class/infiniband/siw0/parent eth2
+cport siw0 Ethernet "" "10 Gb/sec (4X SDR)"; w $h/sys/class/net/eth2/mtu 1500; cdev siw0 5
+pci efa_0 0000:00:06.0 1D0F:EFA1 efa 0 ""; cport efa_0 Unspecified "" "100 Gb/sec (4X EDR)"; cdev efa_0 6
