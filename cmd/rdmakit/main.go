@@ -96,6 +96,9 @@ func runAs(argv0 string, args []string) int {
 // command line that runs it: ib_write_bw -> perf write_bw,
 // all_reduce_perf -> coll-perf all_reduce.
 func alias(name string) ([]string, bool) {
+	if name == "rdmakit-cni" {
+		return []string{"cni"}, true
+	}
 	if strings.HasPrefix(name, "ib_") {
 		if _, err := perftest.ParseTest(name); err == nil {
 			return []string{"perf", name}, true

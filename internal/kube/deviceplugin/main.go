@@ -85,8 +85,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		lg.Printf("%v", err)
 		return cli.ExitFailure
 	}
-	// Stopped by SIGTERM (a DaemonSet pod's deletion) is a clean stop.
-	return cli.ExitOK
+	// A clean stop on SIGTERM (a DaemonSet pod's deletion) exits 143,
+	// the CLI's rule for every command.
+	return sig.Status()
 }
 
 // report prints each resource's selection and allocation (--check).

@@ -1,0 +1,75 @@
+package main
+
+import (
+	"bufio"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rdmakit/rdmakit/internal/reexec"
+)
+
+// rdmakit device-plugin without a kubelet: serves its socket, waits for
+// the kubelet, and on SIGTERM removes the socket and exits 143.
+func TestDevicePluginSignal(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a server process")
+	}
+	dir, err := os.MkdirTemp("", "dp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	cfg := filepath.Join(dir, "c.json")
+	os.WriteFile(cfg, []byte(`{"configList":[{"resourceName":"soft","rdmaHcaMax":4,"selectors":{"drivers":["rdma_rxe"]}}]}`), 0o644)
+	cmd := reexec.Command("rdmakit", []string{"device-plugin", "--config", cfg, "--plugin-dir", dir, "--root", fixtureHost("cluster")})
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	r := bufio.NewReader(stderr)
+	for {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			t.Fatalf("stderr ended: %v", err)
+		}
+		if strings.Contains(line, "no kubelet socket") {
+			break
+		}
+	}
+	sock := filepath.Join(dir, "rdmakit-rdma_soft.sock")
+	if _, err := os.Stat(sock); err != nil {
+		t.Fatalf("no plugin socket: %v", err)
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("device-plugin ignored SIGTERM")
+	}
+	if code := cmd.ProcessState.ExitCode(); code != 143 {
+		t.Errorf("exit %d after SIGTERM, want 143", code)
+	}
+	if _, err := os.Stat(sock); err == nil {
+		t.Error("socket left behind")
+	}
+}
+
+// The runtime runs a CNI plugin by its type name, without arguments.
+func TestCNIAlias(t *testing.T) {
+	if cmd, ok := alias("rdmakit-cni"); !ok || cmd[0] != "cni" {
+		t.Errorf("alias: %v %v", cmd, ok)
+	}
+	if _, _, code := rdmakit(t, "cni"); code != 2 {
+		t.Errorf("cni without CNI_COMMAND: exit %d", code)
+	}
+}
