@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rdmakit/rdmakit/internal/exporter"
 	"github.com/rdmakit/rdmakit/internal/reexec"
 )
 
@@ -71,5 +73,31 @@ func TestCNIAlias(t *testing.T) {
 	}
 	if _, _, code := rdmakit(t, "cni"); code != 2 {
 		t.Errorf("cni without CNI_COMMAND: exit %d", code)
+	}
+}
+
+// A perf run that opts in (RDMAKIT_STATS_DIR) writes its tcp0 counters;
+// the exporter serves them.
+func TestStatsEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs perf for 2 s")
+	}
+	dir := t.TempDir()
+	cmd := reexec.Command("rdmakit", []string{"perf", "send_bw", "--loopback", "-D", "2", "-d", "tcp0"})
+	cmd.Env = append(cmd.Environ(), "RDMAKIT_STATS_DIR="+dir)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("perf: %v\n%s", err, out)
+	}
+	rec := httptest.NewRecorder()
+	exporter.Handler(fixtureHost("none"), dir).ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	body := rec.Body.String()
+	found := false
+	for _, line := range strings.Split(body, "\n") {
+		if strings.HasPrefix(line, `rdmakit_transport_tx_bytes_total{device="tcp0"`) && !strings.HasSuffix(line, " 0") {
+			found = true
+		}
+	}
+	if !found || !strings.Contains(body, "rdmakit_stats_processes 2") {
+		t.Errorf("no tcp0 bytes from the perf processes:\n%s", body)
 	}
 }

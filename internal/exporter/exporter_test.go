@@ -124,7 +124,7 @@ func TestHTTPScrape(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- Serve(ctx, ln, host("mlx5-healthy")) }()
+	go func() { done <- Serve(ctx, ln, host("mlx5-healthy"), "") }()
 	client := &http.Client{Timeout: 10 * time.Second}
 	defer client.CloseIdleConnections()
 	resp, err := client.Get("http://" + ln.Addr().String() + "/metrics")

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/rdmakit/rdmakit/internal/rc"
+	"github.com/rdmakit/rdmakit/internal/stats"
 )
 
 // Config configures a Requester.
@@ -41,6 +42,8 @@ type Config struct {
 	// ConnectTimeout bounds how long posted work requests wait for
 	// Connected before the oldest fails with RetryExceeded; 0 is forever.
 	ConnectTimeout time.Duration
+	// Stats counts retransmissions and RNR NAKs (nil: not counted).
+	Stats *stats.Counters
 }
 
 // WR is what the requester needs of a work request.
@@ -417,6 +420,7 @@ func (r *Requester) step(p *Packet, now time.Duration) {
 				return
 			}
 			r.rnrUsed++
+			r.cfg.Stats.RNR()
 			r.goBack(p.PSN)
 			r.rnrWait, r.rnrUntil = true, now+RNRDuration(p.RNRTimer)
 			r.ackAt = 0
@@ -629,6 +633,7 @@ func (r *Requester) impliedNak(q PSN) {
 
 // goBack makes transmission resume at PSN q (go-back-N).
 func (r *Requester) goBack(q PSN) {
+	r.cfg.Stats.Retransmit()
 	n := r.find(q)
 	r.tx, r.txSeg = n, 0
 	if n < r.tail {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/rdmakit/rdmakit/internal/arena"
 	"github.com/rdmakit/rdmakit/internal/keytab"
+	"github.com/rdmakit/rdmakit/internal/stats"
 	"github.com/rdmakit/rdmakit/internal/sys"
 	"github.com/rdmakit/rdmakit/verbs/driver"
 )
@@ -30,6 +31,8 @@ type Context struct {
 	keys  keytab.Table
 	// keysOff is where the key table lives in the arena.
 	keysOff, keysLen int
+	// stats counts completions when the process opted in (nil: not).
+	stats *stats.Counters
 
 	// mu guards everything below.
 	mu     sync.Mutex
@@ -59,6 +62,7 @@ func open(t Transport, dev DeviceInfo, opts driver.Options) (*Context, error) {
 		cqs:   map[*CQ]struct{}{},
 		srqs:  map[*SRQ]struct{}{},
 		pds:   map[*PD]struct{}{},
+		stats: stats.For(dev.Transport, dev.Name),
 	}
 	c.keysLen = keytab.Size(keySlots)
 	off, b, err := a.Alloc(c.keysLen)
@@ -75,6 +79,10 @@ func open(t Transport, dev DeviceInfo, opts driver.Options) (*Context, error) {
 	}
 	return c, nil
 }
+
+// Stats returns the device's counters (internal/stats), nil unless the
+// process opted in.
+func (c *Context) Stats() *stats.Counters { return c.stats }
 
 // Info returns the device's attributes (ibv_query_device).
 func (c *Context) Info() DeviceInfo { return c.info }

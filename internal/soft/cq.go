@@ -65,6 +65,9 @@ func (cq *CQ) Poll(wcs []WorkCompletion) (int, error) {
 		}
 		n++
 	}
+	if s := cq.ctx.stats; s != nil {
+		s.Completions(wcs[:n])
+	}
 	if n == 0 {
 		if cq.r.Flags()&ring.FlagOverflow != 0 {
 			return 0, ErrCQOverflow

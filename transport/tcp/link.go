@@ -360,6 +360,7 @@ func (l *link) startLocked(attr *verbs.QPAttr) {
 		MaxRdAtomic:    rdAtomicDepth(attr.MaxRdAtomic),
 		Reliable:       true,
 		ConnectTimeout: connectLimit(attr.Timeout, attr.RetryCount),
+		Stats:          d.cd.ctx.Stats(),
 	})
 	if l.up {
 		l.applyLocked(l.req.Connected(l.now()))
