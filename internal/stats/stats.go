@@ -41,6 +41,12 @@ type Counters struct {
 	txBytes, rxBytes, ops, retransmissions, rnr, errors atomic.Uint64
 }
 
+// New returns counters that are not registered with the process (not
+// written anywhere); For is what transports use.
+func New(transport, device string) *Counters {
+	return &Counters{transport: transport, device: device}
+}
+
 // Completions counts polled completions: each is an operation; an error
 // status is an error; the byte length of receives and READs is received,
 // of sends and WRITEs sent.
