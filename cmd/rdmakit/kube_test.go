@@ -101,3 +101,39 @@ func TestStatsEndToEnd(t *testing.T) {
 		t.Errorf("no tcp0 bytes from the perf processes:\n%s", body)
 	}
 }
+
+// doctor --serve-peer and doctor --peer over tcp0 on loopback.
+func TestDoctorPeer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs perf for about 3 s")
+	}
+	port := "28615"
+	srv := reexec.Command("rdmakit", []string{"doctor", "--serve-peer", "--dev", "tcp0", "--port", port})
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Process.Kill()
+	out, errOut, code := rdmakit(t, "doctor", "--root", fixtureHost("none"), "--peer", "127.0.0.1", "--port", port, "--dev", "tcp0")
+	if code != 1 || !strings.Contains(out, "PASS  peer 127.0.0.1:"+port+" over tcp0: latency ") {
+		t.Errorf("doctor --peer: exit %d\n%s%s", code, out, errOut)
+	}
+	srv.Process.Signal(syscall.SIGTERM)
+	done := make(chan error, 1)
+	go func() { done <- srv.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("--serve-peer ignored SIGTERM")
+	}
+	if c := srv.ProcessState.ExitCode(); c != 143 {
+		t.Errorf("--serve-peer exit %d after SIGTERM", c)
+	}
+	// Nobody there: a FAIL naming what to run on the peer.
+	out, _, _ = rdmakit(t, "doctor", "--root", fixtureHost("none"), "--peer", "127.0.0.1:1", "--dev", "tcp0")
+	if !strings.Contains(out, "FAIL  peer 127.0.0.1:1") || !strings.Contains(out, "--serve-peer") {
+		t.Errorf("no peer:\n%s", out)
+	}
+	if _, _, code := rdmakit(t, "doctor", "--serve-peer", "--peer", "x"); code != 2 {
+		t.Errorf("--serve-peer --peer: exit %d", code)
+	}
+}

@@ -65,7 +65,7 @@ func (s *Status) UnmarshalText(b []byte) error {
 // a device).
 type Result struct {
 	// Check is the check's identifier: modules, devices, devnodes, ports, gids,
-	// mtu, memlock, netns, governor, numa, hugepages, firewall.
+	// mtu, memlock, netns, governor, numa, gpu, qos, hugepages, firewall, peer.
 	Check  string `json:"check"`
 	Status Status `json:"status"`
 	// Subject is what was checked, with its value: "memlock limit 64 KiB".
@@ -178,6 +178,30 @@ type Options struct {
 	// ruleset or iptables-save). Nil: run those tools when Root is "/"
 	// and this process is root; otherwise the firewall check is SKIP.
 	Ruleset func() (string, error)
+	// GPUTopo returns the text of nvidia-smi topo -m. Nil: run it when
+	// Root is "/" and it is installed.
+	GPUTopo func() (string, error)
+	// PFC returns the priorities with PFC on for a network device. Nil:
+	// dcb pfc show on the live host (iproute2), unknown under --root.
+	PFC func(netdev string) ([]int, error)
+	// PeerAddr, when set, runs the peer check: Peer measures latency and
+	// bandwidth to the host there (HOST or HOST:PORT, rdmakit doctor
+	// --peer) over device PeerDev ("" = the default device).
+	PeerAddr, PeerDev string
+	Peer              func(addr, dev string) (PeerResult, error)
+	// ServePeer serves the peer side (rdmakit doctor --serve-peer) on
+	// device dev and ports port, port+1 until a signal; it returns the
+	// exit status.
+	ServePeer func(dev string, port int) int
+}
+
+// PeerResult is what a peer check measured.
+type PeerResult struct {
+	Device    string  // the local device used
+	LatencyUs float64 // typical one-way latency of a 64-byte send
+	BitsPerS  float64 // WRITE bandwidth
+	// LinkBits is the device port's rate (0: unknown, e.g. tcp0).
+	LinkBits float64
 }
 
 func (o *Options) live() bool { return o.Root == "" || o.Root == "/" }
@@ -211,7 +235,7 @@ func (d *doc) add(check string, st Status, subject, detail, fix string) {
 
 var checks = []func(*doc){
 	checkModules, checkDevices, checkDevnodes, checkPorts, checkGIDs, checkMTU, checkMemlock,
-	checkNetns, checkGovernor, checkNUMA, checkHugepages, checkFirewall,
+	checkNetns, checkGovernor, checkNUMA, checkGPU, checkQoS, checkHugepages, checkFirewall, checkPeer,
 }
 
 // defaultNetdev is the network device of the default route
