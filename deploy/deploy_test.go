@@ -162,6 +162,16 @@ func TestManifests(t *testing.T) {
 	}
 }
 
+func TestExampleConfig(t *testing.T) {
+	b, err := os.ReadFile("example.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := deviceplugin.ParseConfig(b); err != nil {
+		t.Error(err)
+	}
+}
+
 func TestDashboard(t *testing.T) {
 	b, err := os.ReadFile("grafana-dashboard.json")
 	if err != nil {
