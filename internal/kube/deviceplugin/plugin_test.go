@@ -236,8 +236,8 @@ func TestPluginWithKubelet(t *testing.T) {
 	if err != nil || !slices.Equal(pr.ContainerResponses[0].DeviceIDs, []string{"0000:03:00.3"}) {
 		t.Errorf("preferred: %v %v", pr, err)
 	}
-	if _, err := vf.PreStartContainer(ctx, &pluginapi.PreStartContainerRequest{}); err == nil {
-		t.Error("PreStartContainer is not required, yet answered")
+	if _, err := vf.PreStartContainer(ctx, &pluginapi.PreStartContainerRequest{DevicesIds: []string{"0000:03:00.3"}}); err != nil {
+		t.Errorf("PreStartContainer: %v", err)
 	}
 
 	// Shared resource: rdmaHcaMax IDs; Allocate gives both soft devices.

@@ -196,6 +196,12 @@ func (s *server) GetPreferredAllocation(_ context.Context, req *pluginapi.Prefer
 	return resp, nil
 }
 
+// PreStartContainer has nothing to prepare (the options do not ask the
+// kubelet to call it); it answers for kubelets that call it anyway.
+func (s *server) PreStartContainer(context.Context, *pluginapi.PreStartContainerRequest) (*pluginapi.PreStartContainerResponse, error) {
+	return &pluginapi.PreStartContainerResponse{}, nil
+}
+
 // Allocate gives each container the character devices of its devices
 // (uverbs, umad, issm) and rdma_cm, and the environment naming them.
 func (s *server) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
