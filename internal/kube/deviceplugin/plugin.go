@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
@@ -50,6 +51,10 @@ type manager struct {
 	fs      rdmafs.FS
 	kubelet string // kubelet.sock path
 	plugins []*plugin
+	// known are the PCI devices seen, by PCI address: a device the CNI
+	// moved into a pod's network namespace (exclusive RDMA netns mode)
+	// leaves this namespace's sysfs but is still there and allocated.
+	known map[string]Device
 }
 
 // plugin is one resource's server generation.
@@ -161,6 +166,7 @@ func (m *manager) rescan() error {
 	if err != nil {
 		return err
 	}
+	devs = m.keepMoved(devs)
 	for _, p := range m.plugins {
 		if p.r.setDevices(devs) {
 			sel, _ := p.r.snapshot()
@@ -177,6 +183,34 @@ func (m *manager) rescan() error {
 		}
 	}
 	return nil
+}
+
+// keepMoved adds to devs the PCI devices seen before that are gone from
+// sysfs's RDMA class while their PCI function remains: moved to another
+// network namespace (a pod's, by rdmakit cni). They keep their last
+// health; a PCI function that is gone too is forgotten.
+func (m *manager) keepMoved(devs []Device) []Device {
+	if m.known == nil {
+		m.known = map[string]Device{}
+	}
+	here := map[string]bool{}
+	for _, d := range devs {
+		if d.PCI.Addr != "" {
+			here[d.PCI.Addr] = true
+			m.known[d.PCI.Addr] = d
+		}
+	}
+	for addr, d := range m.known {
+		switch {
+		case here[addr]:
+		case m.fs.Exists("sys/bus/pci/devices/" + addr):
+			devs = append(devs, d)
+		default:
+			delete(m.known, addr)
+		}
+	}
+	sort.SliceStable(devs, func(i, j int) bool { return devs[i].Name < devs[j].Name })
+	return devs
 }
 
 // heal restarts the servers whose socket is gone and registers those the

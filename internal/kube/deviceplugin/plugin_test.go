@@ -267,6 +267,32 @@ func TestPluginWithKubelet(t *testing.T) {
 		t.Fatal(err)
 	}
 	recvUntil(t, law, func(d []*pluginapi.Device) bool { return healthOf(d, "0000:03:00.3") == pluginapi.Healthy })
+	// mlx5_3 moved into a pod's namespace (its sysfs class entry leaves
+	// ours, its PCI function stays): still listed; its PCI function
+	// removed too (hot-unplug): gone from the list.
+	class, moved := filepath.Join(root, "sys/class/infiniband/mlx5_3"), filepath.Join(root, "mlx5_3.moved")
+	if err := os.Rename(class, moved); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond) // five rescans
+	alloc3 := func() error {
+		_, err := vf.Allocate(ctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: []string{"0000:03:00.3"}}}})
+		return err
+	}
+	if err := alloc3(); err != nil {
+		t.Errorf("a device moved to another namespace was forgotten: %v", err)
+	}
+	if err := os.RemoveAll(filepath.Join(root, "sys/bus/pci/devices/0000:03:00.3")); err != nil {
+		t.Fatal(err)
+	}
+	recvUntil(t, law, func(d []*pluginapi.Device) bool { return healthOf(d, "0000:03:00.3") == "absent" })
+	if alloc3() == nil {
+		t.Error("Allocate of a removed device succeeded")
+	}
+	if err := os.Rename(moved, class); err != nil {
+		t.Fatal(err)
+	}
+	recvUntil(t, law, func(d []*pluginapi.Device) bool { return healthOf(d, "0000:03:00.3") == pluginapi.Healthy })
 	// Both soft devices down: the shared IDs go unhealthy.
 	for _, d := range []string{"rxe0", "siw0"} {
 		os.WriteFile(filepath.Join(root, "sys/class/infiniband", d, "ports/1/state"), []byte("1: DOWN\n"), 0o644)
