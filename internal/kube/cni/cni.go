@@ -126,7 +126,11 @@ func (p Plugin) Add(a *skel.CmdArgs) error {
 		// A repeated ADD: already there.
 		return p.finish(c, a, dev)
 	}
-	if in, err := p.Ops.InNetns(dev, ""); err != nil || !in {
+	in, err := p.Ops.InNetns(dev, "")
+	if err != nil {
+		return fmt.Errorf("rdmakit cni: listing this namespace's RDMA devices: %w", err)
+	}
+	if !in {
 		return fmt.Errorf("rdmakit cni: RDMA device %s is neither in this namespace nor in the pod's (another pod has it?)", dev)
 	}
 	if err := p.Ops.Move(dev, "", a.Netns); err != nil {

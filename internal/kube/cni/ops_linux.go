@@ -6,6 +6,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 )
 
 // linuxOps are the plugin's kernel operations over RDMA and route netlink.
@@ -13,21 +14,24 @@ type linuxOps struct{}
 
 func (linuxOps) NetnsMode() (string, error) { return netlink.RdmaSystemGetNetnsMode() }
 
-// handle opens a netlink handle in the namespace at path ("" = ours).
-func handle(path string) (*netlink.Handle, error) {
+// handle opens a netlink handle of one family (unix.NETLINK_RDMA,
+// unix.NETLINK_ROUTE) in the namespace at path ("" = ours). The family
+// must be named: a handle's default families do not include RDMA, and
+// its requests for another family fail.
+func handle(path string, family int) (*netlink.Handle, error) {
 	if path == "" {
-		return netlink.NewHandle()
+		return netlink.NewHandle(family)
 	}
 	ns, err := netns.GetFromPath(path)
 	if err != nil {
 		return nil, fmt.Errorf("network namespace %s: %w", path, err)
 	}
 	defer ns.Close()
-	return netlink.NewHandleAt(ns)
+	return netlink.NewHandleAt(ns, family)
 }
 
 func (linuxOps) InNetns(dev, path string) (bool, error) {
-	h, err := handle(path)
+	h, err := handle(path, unix.NETLINK_RDMA)
 	if err != nil {
 		return false, err
 	}
@@ -45,7 +49,7 @@ func (linuxOps) InNetns(dev, path string) (bool, error) {
 }
 
 func (linuxOps) PCIOfLink(ifname, path string) (string, error) {
-	h, err := handle(path)
+	h, err := handle(path, unix.NETLINK_ROUTE)
 	if err != nil {
 		return "", err
 	}
@@ -61,7 +65,7 @@ func (linuxOps) PCIOfLink(ifname, path string) (string, error) {
 }
 
 func (linuxOps) Move(dev, from, to string) error {
-	h, err := handle(from)
+	h, err := handle(from, unix.NETLINK_RDMA)
 	if err != nil {
 		return err
 	}
