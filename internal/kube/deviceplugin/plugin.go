@@ -64,6 +64,7 @@ type plugin struct {
 	srv        *grpc.Server
 	stop       chan struct{}
 	registered bool
+	waiting    bool // "no kubelet socket" was logged since the last registration
 }
 
 var sockUnsafe = regexp.MustCompile(`[^A-Za-z0-9_.-]`)
@@ -269,7 +270,10 @@ func (m *manager) stopAll() {
 // register tells the kubelet about p's server.
 func (m *manager) register(p *plugin) {
 	if _, err := os.Lstat(m.kubelet); err != nil {
-		m.o.Logf("%s: no kubelet socket %s yet: will register when it appears", p.r.cfg.FullName(), m.kubelet)
+		if !p.waiting {
+			m.o.Logf("%s: no kubelet socket %s yet: will register when it appears", p.r.cfg.FullName(), m.kubelet)
+			p.waiting = true
+		}
 		return
 	}
 	conn, err := grpc.NewClient("unix://"+m.kubelet, grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -290,6 +294,6 @@ func (m *manager) register(p *plugin) {
 		m.o.Logf("%s: registering with the kubelet: %v (retrying every %v)", p.r.cfg.FullName(), err, m.o.Interval)
 		return
 	}
-	p.registered = true
+	p.registered, p.waiting = true, false
 	m.o.Logf("%s: registered with the kubelet (%s)", p.r.cfg.FullName(), filepath.Base(p.sock))
 }
