@@ -118,6 +118,16 @@ func (p Plugin) Add(a *skel.CmdArgs) error {
 	if mode != "exclusive" {
 		return fmt.Errorf("rdmakit cni: the kernel's RDMA netns mode is %s: every network namespace sees every RDMA device, so none can be given to one pod; set it to exclusive on the host (rdma system set netns exclusive, or the module parameter ib_core netns_mode=0) or do not chain rdmakit cni", mode)
 	}
+	// A repeated ADD: the device recorded is already in the pod (its PCI
+	// function may no longer show it in this namespace's sysfs).
+	if b, err := os.ReadFile(c.statePath(a)); err == nil {
+		var s state
+		if json.Unmarshal(b, &s) == nil && s.Device != "" {
+			if in, err := p.Ops.InNetns(s.Device, a.Netns); err == nil && in {
+				return p.finish(c, a, s.Device)
+			}
+		}
+	}
 	dev, err := p.device(c, a)
 	if err != nil {
 		return err

@@ -83,10 +83,13 @@ func TestAddDelFake(t *testing.T) {
 	if ops.where["mlx5_3"] != "/run/netns/pod" {
 		t.Fatalf("not moved: %v", ops.where)
 	}
-	// ADD again: already there, no second move.
+	// ADD again: already there, no second move, even when net1's PCI
+	// function no longer leads to it.
+	ops.pci["net1"] = ""
 	if err := quiet(t, func() error { return p.Add(a) }); err != nil || ops.moves != 1 {
 		t.Fatalf("repeated ADD: %v, %d moves", err, ops.moves)
 	}
+	ops.pci["net1"] = "0000:03:00.3"
 	if err := p.Check(a); err != nil {
 		t.Fatal(err)
 	}
