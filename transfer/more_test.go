@@ -82,6 +82,14 @@ func TestLeaseExpiry(t *testing.T) {
 	}
 }
 
+// Frame types of transfer/internal/rpc's handshake, as on the wire.
+const (
+	fHello   = 1
+	fOK      = 4
+	fRequest = 6
+	fAnswer  = 7
+)
+
 // TestMetadataService: garbage, a wrong magic and a client without the
 // secret are refused; the service keeps serving; an insecure node cannot
 // join a table with a secret.
@@ -91,8 +99,8 @@ func TestMetadataService(t *testing.T) {
 	addr := nodes[0].Addr()
 	for _, hello := range [][]byte{
 		[]byte("GET / HTTP/1.1\r\n\r\n"),
-		frame.AppendFrame(nil, fHello, append(append(frame.AppendUint32(nil, 0x12345678), metaVersion, 1), make([]byte, 32)...)),
-		frame.AppendFrame(nil, fHello, append(append(frame.AppendUint32(nil, metaMagic), metaVersion, 0), make([]byte, 32)...)),
+		frame.AppendFrame(nil, fHello, append(append(frame.AppendUint32(nil, 0x12345678), metaProto.Version, 1), make([]byte, 32)...)),
+		frame.AppendFrame(nil, fHello, append(append(frame.AppendUint32(nil, metaProto.Magic), metaProto.Version, 0), make([]byte, 32)...)),
 		frame.AppendFrame(nil, fRequest, []byte{opGetSeg, 1, 'x'}),
 	} {
 		c, err := net.Dial("tcp", addr)
@@ -101,7 +109,7 @@ func TestMetadataService(t *testing.T) {
 		}
 		c.Write(hello)
 		c.SetReadDeadline(time.Now().Add(5 * time.Second))
-		r := frame.NewReader(bufio.NewReader(c), metaLimit)
+		r := frame.NewReader(bufio.NewReader(c), 1<<20)
 		for {
 			typ, _, err := r.Next()
 			if err != nil {
