@@ -125,7 +125,7 @@ type Store struct {
 	maxKey                      int
 	maxValue                    uint64
 
-	metaAddr string        // the transfer metadata address (from the master)
+	metaAddr string       // the transfer metadata address (from the master)
 	sizeHint atomic.Int64 // the largest value GetBatch has seen
 
 	pool    *verbs.MR // this node's share (Capacity)
