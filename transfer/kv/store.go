@@ -515,8 +515,29 @@ func (s *Store) move(ctx context.Context, reqs []transfer.Request, owner []int, 
 	}
 	b, err := s.node.Submit(ctx, reqs)
 	if err != nil {
-		for _, i := range owner {
-			failed[i] = err
+		// Submit refuses a whole batch for one bad request (a segment
+		// whose node left): submit per segment, so that the others move.
+		bySeg := map[string][]int{}
+		for k, r := range reqs {
+			bySeg[r.Segment] = append(bySeg[r.Segment], k)
+		}
+		if len(bySeg) == 1 {
+			for _, i := range owner {
+				failed[i] = err
+			}
+			return failed
+		}
+		for _, ks := range bySeg {
+			sub := make([]transfer.Request, len(ks))
+			own := make([]int, len(ks))
+			for j, k := range ks {
+				sub[j], own[j] = reqs[k], owner[k]
+			}
+			for i, f := range s.move(ctx, sub, own, errs) {
+				if f != nil && failed[i] == nil {
+					failed[i] = f
+				}
+			}
 		}
 		return failed
 	}
