@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -86,6 +87,7 @@ type Batch struct {
 	st      []reqState
 	pending atomic.Int32 // requests not final
 	done    chan struct{}
+	qps     []*qpConn // the QPs its slices went to (polled by Wait)
 
 	// mu guards errs.
 	mu   sync.Mutex
@@ -110,11 +112,29 @@ func (b *Batch) Status(i int) (Status, error) {
 // Done is closed when every request is final.
 func (b *Batch) Done() <-chan struct{} { return b.done }
 
+// waitSpins is how many rounds Wait polls the batch's QPs, yielding
+// between them, before it sleeps.
+const waitSpins = 64
+
 // Wait waits until every request is final (every slice has returned, so
 // local memory is no longer touched) or ctx ends (ctx.Err(); the batch
 // carries on). It returns nil if all completed, else the first failure as
 // a *RequestError (errors.Join of all of them).
 func (b *Batch) Wait(ctx context.Context) error {
+	// Poll for a while before sleeping: a completion picked up here
+	// costs no wakeup of the completion goroutine and of this one.
+	for spin := 0; spin < waitSpins; spin++ {
+		if b.pending.Load() == 0 {
+			break
+		}
+		for _, qc := range b.qps {
+			qc.poll()
+		}
+		if b.pending.Load() == 0 {
+			break
+		}
+		runtime.Gosched()
+	}
 	select {
 	case <-b.done:
 	case <-ctx.Done():
@@ -177,7 +197,8 @@ func (b *Batch) sliceDone(i int, n int32, err error) {
 // fails when its peer is lost, within Config.PeerTimeout).
 func (n *Node) Submit(ctx context.Context, reqs []Request) (*Batch, error) {
 	reqs = slices.Clone(reqs) // the caller may reuse its slice at once
-	b := &Batch{reqs: reqs, st: make([]reqState, len(reqs)), done: make(chan struct{}), errs: make([]error, len(reqs))}
+	b := &Batch{reqs: reqs, st: make([]reqState, len(reqs)), done: make(chan struct{}), errs: make([]error, len(reqs)),
+		qps: make([]*qpConn, 0, n.cfg.QPsPerPeer)}
 	type plan struct {
 		qps  []*qpConn
 		addr uint64
@@ -237,12 +258,18 @@ func (n *Node) Submit(ctx context.Context, reqs []Request) (*Batch, error) {
 			off := int(k) * slice
 			l := min(slice, r.Length-off)
 			qc := pl.qps[int(n.rr.Add(1))%len(pl.qps)]
+			if !slices.Contains(b.qps, qc) {
+				b.qps = append(b.qps, qc)
+			}
 			err := qc.post(ctx, b, i, op, pl.lmr.SGE(r.LocalOffset+off, l), pl.addr+uint64(off), pl.rkey)
 			if err != nil {
 				b.sliceDone(i, ns-k, err)
 				break
 			}
 		}
+	}
+	for _, qc := range b.qps {
+		qc.poll()
 	}
 	return b, nil
 }

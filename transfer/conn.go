@@ -9,6 +9,7 @@ package transfer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -47,9 +48,12 @@ type qpConn struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	// firstErr is the first failure on the QP; the completion goroutine
-	// owns it.
+	// reapMu serialises handling completions (the completion goroutine,
+	// and Submit and Wait polling for them) and guards firstErr.
+	reapMu sync.Mutex
+	// firstErr is the first failure on the QP.
 	firstErr error
+	pollWCs  [16]verbs.WorkCompletion // poll's buffer
 
 	// mu serialises posting and guards everything below.
 	mu     sync.Mutex
@@ -153,6 +157,11 @@ func (p *peer) dial(ctx context.Context, dev *device, addr string) error {
 	n := p.n
 	for i := 0; i < n.cfg.QPsPerPeer; i++ {
 		c, err := cm.Dial(ctx, addr, n.cmOptions(dev))
+		for try := 0; err != nil && isBusy(err) && try < 20 && ctx.Err() == nil; try++ {
+			// The listener has many handshakes in progress: back off.
+			time.Sleep(time.Duration(1+try) * 5 * time.Millisecond)
+			c, err = cm.Dial(ctx, addr, n.cmOptions(dev))
+		}
 		if err != nil {
 			n.forget(p.key.node)
 			return fmt.Errorf("%w: connecting to node %q (%s at %s): %w", ErrPeerLost, p.key.node, dev.name, addr, err)
@@ -219,21 +228,50 @@ func (qc *qpConn) complete() {
 		if err != nil {
 			return
 		}
-		for _, wc := range wcs[:k] {
-			qc.mu.Lock()
-			sl := qc.slots[wc.WRID]
-			qc.slots[wc.WRID] = slot{}
-			qc.mu.Unlock()
-			qc.free <- int(wc.WRID)
-			if sl.b == nil {
-				continue
-			}
-			var err error
-			if wc.Status != verbs.StatusSuccess {
-				err = qc.failure(&wc)
-			}
-			sl.b.sliceDone(sl.req, 1, err)
+		qc.reapMu.Lock()
+		qc.reap(wcs[:k])
+		qc.reapMu.Unlock()
+	}
+}
+
+// poll handles the completions already there, unless another goroutine is
+// handling some (then they are in good hands). Submit and Wait call it,
+// so that a transport that completes at once (shm0 copies as it posts)
+// costs no goroutine handoff.
+func (qc *qpConn) poll() {
+	if !qc.reapMu.TryLock() {
+		return
+	}
+	defer qc.reapMu.Unlock()
+	wcs := qc.pollWCs[:]
+	for {
+		k, err := qc.c.SendCQ().Poll(wcs)
+		if k > 0 {
+			qc.reap(wcs[:k])
 		}
+		if err != nil || k < len(wcs) {
+			return
+		}
+	}
+}
+
+// reap finishes the slices of completions wcs; reapMu is held.
+func (qc *qpConn) reap(wcs []verbs.WorkCompletion) {
+	for i := range wcs {
+		wc := &wcs[i]
+		qc.mu.Lock()
+		sl := qc.slots[wc.WRID]
+		qc.slots[wc.WRID] = slot{}
+		qc.mu.Unlock()
+		qc.free <- int(wc.WRID)
+		if sl.b == nil {
+			continue
+		}
+		var err error
+		if wc.Status != verbs.StatusSuccess {
+			err = qc.failure(wc)
+		}
+		sl.b.sliceDone(sl.req, 1, err)
 	}
 }
 
@@ -362,4 +400,10 @@ func (n *Node) janitor() {
 			p.close()
 		}
 	}
+}
+
+// isBusy: a listener refused a dial for load (RejectBusy).
+func isBusy(err error) bool {
+	var re *cm.RejectError
+	return errors.As(err, &re) && re.Code == cm.RejectBusy
 }

@@ -36,7 +36,7 @@ const (
 // on it.
 type Config struct {
 	// Name names the node in the metadata table (default host name and
-	// process id).
+	// process id, and a count for the second node of a process on).
 	Name string
 	// ListenAddr is the address of the node's services: the embedded
 	// metadata service listens on it when MetadataAddr is empty, and the
@@ -88,10 +88,16 @@ type Config struct {
 	ArenaSize int64
 }
 
+// nodeSeq counts the nodes of this process given a default name.
+var nodeSeq atomic.Int32
+
 func (c Config) withDefaults() Config {
 	if c.Name == "" {
 		h, _ := os.Hostname()
 		c.Name = fmt.Sprintf("%s-%d", h, os.Getpid())
+		if k := nodeSeq.Add(1); k > 1 {
+			c.Name += fmt.Sprintf("-%d", k) // another node of this process
+		}
 	}
 	if c.ListenAddr == "" {
 		c.ListenAddr = "127.0.0.1:0"
@@ -243,7 +249,9 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 			continue
 		}
 		if d.pd, err = d.ctx.AllocPD(); err == nil {
-			d.ln, err = cm.Listen(n.ctx, net.JoinHostPort(host, "0"), cm.ListenOptions{Options: n.cmOptions(d)})
+			d.ln, err = cm.Listen(n.ctx, net.JoinHostPort(host, "0"), cm.ListenOptions{Options: n.cmOptions(d),
+				// Every node of this host dials from the same address.
+				MaxHandshakes: 256, MaxHandshakesPerSource: 128, Backlog: 1024})
 		}
 		if err != nil {
 			if d.pd != nil {

@@ -11,8 +11,6 @@ package transferbench
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -110,30 +108,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if c.bufSize == 0 {
 		c.bufSize = max(c.threads*c.batchSize*c.blockSize, 1<<20)
 	}
-	switch {
-	case *secretFile != "":
-		b, err := os.ReadFile(*secretFile)
-		if err != nil {
-			fmt.Fprintln(stderr, "transfer:", err)
-			return cli.ExitUsage
-		}
-		c.secret = b
-	case os.Getenv(EnvSecret) != "":
-		b, err := hex.DecodeString(os.Getenv(EnvSecret))
-		if err != nil {
-			fmt.Fprintf(stderr, "transfer: $%s: %v\n", EnvSecret, err)
-			return cli.ExitUsage
-		}
-		c.secret = b
-	case c.insecure:
-	case c.mode == "bench" && c.metadata == "":
-		// Both ends are ours: a fresh secret.
-		c.secret = make([]byte, 32)
-		rand.Read(c.secret)
-	default:
-		fmt.Fprintf(stderr, "transfer: no secret: set $%s or --secret-file, or --insecure\n", EnvSecret)
-		return cli.ExitUsage
+	secret, code := readSecret(EnvSecret, *secretFile, c.insecure, c.mode == "bench" && c.metadata == "", stderr)
+	if code != 0 {
+		return code
 	}
+	c.secret = secret
 	sig := cli.NotifySignals(context.Background())
 	defer sig.Stop()
 	var err error
