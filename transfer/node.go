@@ -147,9 +147,10 @@ type Node struct {
 	// anything else can see the node).
 	registered bool
 
-	ctx    context.Context // ends at Close
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	ctx       context.Context // ends at Close
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+	leaseOnce sync.Once // starts the lease watcher (lease_linux.go)
 
 	// mu guards everything below.
 	mu       sync.Mutex
