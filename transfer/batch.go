@@ -135,6 +135,11 @@ func (b *Batch) Wait(ctx context.Context) error {
 		}
 		runtime.Gosched()
 	}
+	if b.pending.Load() != 0 {
+		for _, qc := range b.qps {
+			qc.wake()
+		}
+	}
 	select {
 	case <-b.done:
 	case <-ctx.Done():
@@ -270,6 +275,9 @@ func (n *Node) Submit(ctx context.Context, reqs []Request) (*Batch, error) {
 	}
 	for _, qc := range b.qps {
 		qc.poll()
+		if len(qc.free) < cap(qc.free) {
+			qc.wake() // in flight: the completion goroutine reaps it
+		}
 	}
 	return b, nil
 }

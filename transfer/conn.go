@@ -43,6 +43,7 @@ type qpConn struct {
 	p      *peer
 	c      *cm.Conn
 	free   chan int      // free slot indices
+	kick   chan struct{} // wakes the completion goroutine (cap 1)
 	gone   chan struct{} // closed when the connection is lost or closed
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -166,7 +167,7 @@ func (p *peer) dial(ctx context.Context, dev *device, addr string) error {
 			n.forget(p.key.node)
 			return fmt.Errorf("%w: connecting to node %q (%s at %s): %w", ErrPeerLost, p.key.node, dev.name, addr, err)
 		}
-		qc := &qpConn{p: p, c: c, free: make(chan int, n.cfg.QueueDepth), gone: make(chan struct{}), slots: make([]slot, n.cfg.QueueDepth)}
+		qc := &qpConn{p: p, c: c, free: make(chan int, n.cfg.QueueDepth), kick: make(chan struct{}, 1), gone: make(chan struct{}), slots: make([]slot, n.cfg.QueueDepth)}
 		for s := 0; s < n.cfg.QueueDepth; s++ {
 			qc.free <- s
 		}
@@ -187,6 +188,17 @@ func (qc *qpConn) post(ctx context.Context, b *Batch, req int, op verbs.Opcode, 
 	var s int
 	select {
 	case s = <-qc.free:
+	default:
+		// The queue is full: reap, or have the completion goroutine do it.
+		qc.poll()
+		qc.wake()
+		select {
+		case s = <-qc.free:
+		case <-qc.gone:
+			return fmt.Errorf("%w: node %q: %v", ErrPeerLost, qc.p.key.node, qc.cause())
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	case <-qc.gone:
 		return fmt.Errorf("%w: node %q: %v", ErrPeerLost, qc.p.key.node, qc.cause())
 	case <-ctx.Done():
@@ -218,19 +230,37 @@ func (qc *qpConn) cause() error {
 	return ErrClosed
 }
 
-// complete finishes slices as their completions arrive.
+// complete finishes slices as their completions arrive, while slices are
+// in flight that Submit and Wait did not reap themselves: it sleeps on
+// kick until then, so that a transport that completes as it posts (shm0)
+// wakes no goroutine.
 func (qc *qpConn) complete() {
 	defer qc.wg.Done()
 	var wcs [16]verbs.WorkCompletion
 	cq := qc.c.SendCQ()
 	for {
-		k, err := cq.Wait(qc.ctx, wcs[:])
-		if err != nil {
+		select {
+		case <-qc.kick:
+		case <-qc.ctx.Done():
 			return
 		}
-		qc.reapMu.Lock()
-		qc.reap(wcs[:k])
-		qc.reapMu.Unlock()
+		for len(qc.free) < cap(qc.free) {
+			k, err := cq.Wait(qc.ctx, wcs[:])
+			if err != nil {
+				return
+			}
+			qc.reapMu.Lock()
+			qc.reap(wcs[:k])
+			qc.reapMu.Unlock()
+		}
+	}
+}
+
+// wake makes the completion goroutine reap what is in flight.
+func (qc *qpConn) wake() {
+	select {
+	case qc.kick <- struct{}{}:
+	default:
 	}
 }
 
@@ -341,6 +371,7 @@ func (p *peer) close() {
 		p.dead.Store(true)
 		for _, qc := range p.qps {
 			qc.c.Disconnect()
+			qc.wake() // the flushed completions need reaping
 		}
 		deadline := time.Now().Add(time.Second)
 		for _, qc := range p.qps {
