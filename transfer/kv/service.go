@@ -139,6 +139,7 @@ func decodeLocs(d *frame.Decoder) []Location {
 type service struct {
 	m         *master
 	metadata  string // the transfer metadata address nodes use
+	local     string // the master's Unix socket ("" if none)
 	maxKey    int
 	maxValue  uint64
 	maxRepl   int
@@ -176,6 +177,7 @@ func (s *service) handle(_ context.Context, p []byte) []byte {
 			break
 		}
 		b := frame.AppendString16(ok, s.metadata)
+		b = frame.AppendString8(b, s.local)
 		b = frame.AppendUint32(b, uint32(s.leaseTTL/time.Millisecond))
 		b = frame.AppendUint32(b, uint32(s.putTTL/time.Millisecond))
 		b = frame.AppendUint32(b, uint32(s.holderTTL/time.Millisecond))

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"math/bits"
 	"net"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -24,6 +25,10 @@ import (
 	"github.com/rdmakit/rdmakit/transfer/internal/rpc"
 	"github.com/rdmakit/rdmakit/verbs"
 )
+
+// canLocal: the master serves same-host clients on an abstract Unix
+// socket as well (Linux).
+const canLocal = runtime.GOOS == "linux"
 
 // Defaults of Config's zero fields.
 const (
@@ -183,6 +188,11 @@ func Open(ctx context.Context, cfg Config) (_ *Store, err error) {
 		if s.srv, err = rpc.Listen(cfg.ListenAddr, kvProto, tc.Secret, tc.Insecure && len(tc.Secret) == 0, s.svc.handle); err != nil {
 			return nil, fmt.Errorf("kv: master: %w", err)
 		}
+		if canLocal {
+			if s.svc.local, err = s.srv.ServeLocal(); err != nil {
+				return nil, fmt.Errorf("kv: master: %w", err)
+			}
+		}
 		s.cl = rpc.NewClient(s.srv.Addr(), kvProto, tc.Secret)
 		if err := s.info(ctx); err != nil {
 			return nil, err
@@ -219,7 +229,7 @@ func (s *Store) info(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	meta := d.String16()
+	meta, local := d.String16(), d.String8()
 	lt, pt, ht, mk, mv := d.Uint32(), d.Uint32(), d.Uint32(), d.Uint32(), d.Uint64()
 	if d.Finish() != nil {
 		return fmt.Errorf("%w: malformed info", rpc.ErrProtocol)
@@ -227,6 +237,9 @@ func (s *Store) info(ctx context.Context) error {
 	ms := func(v uint32) time.Duration { return time.Duration(v) * time.Millisecond }
 	s.leaseTTL, s.putTTL, s.holderTTL, s.maxKey, s.maxValue = ms(lt), ms(pt), ms(ht), int(mk), mv
 	s.metaAddr = meta
+	if local != "" {
+		s.cl.SetLocal(local)
+	}
 	return nil
 }
 

@@ -184,9 +184,10 @@ type Server struct {
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
 
-	// mu guards conns and closed.
+	// mu guards conns, extra and closed.
 	mu     sync.Mutex
 	conns  map[net.Conn]struct{}
+	extra  []net.Listener // ServeLocal's
 	closed bool
 }
 
@@ -212,10 +213,36 @@ func Serve(ln net.Listener, p Proto, secret []byte, insecure bool, h Handler) *S
 // Addr returns the listening address.
 func (s *Server) Addr() string { return s.ln.Addr().String() }
 
-func (s *Server) acceptLoop() {
+// ServeLocal serves on a Unix socket as well, under a random abstract name
+// (Linux; this network namespace), and returns the name: clients on this
+// host reach the service through it at less cost than through TCP.
+func (s *Server) ServeLocal() (string, error) {
+	var nonce [12]byte
+	mustRand(nonce[:])
+	name := fmt.Sprintf("@rdmakit-%x", nonce)
+	ln, err := net.Listen("unix", name)
+	if err != nil {
+		return "", err
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		ln.Close()
+		return "", ErrClosed
+	}
+	s.extra = append(s.extra, ln)
+	s.wg.Add(1)
+	s.mu.Unlock()
+	go s.acceptFrom(ln)
+	return name, nil
+}
+
+func (s *Server) acceptLoop() { s.acceptFrom(s.ln) }
+
+func (s *Server) acceptFrom(ln net.Listener) {
 	defer s.wg.Done()
 	for {
-		c, err := s.ln.Accept()
+		c, err := ln.Accept()
 		if err != nil {
 			return
 		}
@@ -243,6 +270,9 @@ func (s *Server) Close() error {
 	s.mu.Lock()
 	s.closed = true
 	err := s.ln.Close()
+	for _, ln := range s.extra {
+		ln.Close()
+	}
 	for c := range s.conns {
 		c.Close()
 	}
@@ -331,10 +361,19 @@ type Client struct {
 	life   context.Context // ends at Close
 	end    context.CancelFunc
 
-	// mu guards idle and closed.
+	// mu guards idle, local and closed.
 	mu     sync.Mutex
 	idle   []*conn
+	local  string // a Unix socket to try first (SetLocal)
 	closed bool
+}
+
+// SetLocal makes the client dial the server's Unix socket (ServeLocal's
+// name) first, and TCP when that fails (another host or namespace).
+func (cl *Client) SetLocal(name string) {
+	cl.mu.Lock()
+	cl.local = name
+	cl.mu.Unlock()
 }
 
 // NewClient returns a client of the server at addr; it connects on the
@@ -350,9 +389,20 @@ func (cl *Client) Addr() string { return cl.addr }
 
 func (cl *Client) dial(ctx context.Context) (*conn, error) {
 	var d net.Dialer
-	nc, err := d.DialContext(ctx, "tcp", cl.addr)
-	if err != nil {
-		return nil, err
+	cl.mu.Lock()
+	local := cl.local
+	cl.mu.Unlock()
+	var nc net.Conn
+	var err error
+	if local != "" {
+		if nc, err = d.DialContext(ctx, "unix", local); err != nil {
+			cl.SetLocal("") // not this host: TCP from now on
+		}
+	}
+	if nc == nil {
+		if nc, err = d.DialContext(ctx, "tcp", cl.addr); err != nil {
+			return nil, err
+		}
 	}
 	stop := context.AfterFunc(ctx, func() { nc.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
