@@ -208,7 +208,8 @@ func (n *Node) Submit(ctx context.Context, reqs []Request) (*Batch, error) {
 		qps  []*qpConn
 		addr uint64
 		rkey uint32
-		lmr  *verbs.MR
+		lmr   *verbs.MR
+		slice int
 	}
 	plans := make([]plan, len(reqs))
 	for i, r := range reqs {
@@ -236,22 +237,23 @@ func (n *Node) Submit(ctx context.Context, reqs []Request) (*Batch, error) {
 		if err != nil {
 			return nil, fmt.Errorf("transfer: request %d: %w", i, err)
 		}
-		plans[i] = plan{qps: p.qps, addr: reg.Addr + r.Offset, rkey: reg.RKey, lmr: lmr}
+		plans[i] = plan{qps: p.qps, addr: reg.Addr + r.Offset, rkey: reg.RKey, lmr: lmr, slice: n.sliceSize(dev)}
 		p.touch()
 	}
-	slice := n.cfg.SliceSize
 	b.pending.Store(int32(len(reqs)))
 	if len(reqs) == 0 {
 		close(b.done)
 		return b, nil
 	}
 	for i, r := range reqs {
+		slice := plans[i].slice
 		ns := (r.Length + slice - 1) / slice
 		b.st[i].remaining.Store(int32(ns))
 	}
 	op := verbs.OpRead
 	for i, r := range reqs {
 		pl := plans[i]
+		slice := pl.slice
 		ns := int32((r.Length + slice - 1) / slice)
 		if r.Op == Write {
 			op = verbs.OpWrite

@@ -24,12 +24,14 @@ import (
 
 // Defaults of Config's zero fields.
 const (
-	DefaultQPsPerPeer  = 4
-	DefaultSliceSize   = 1 << 20
-	DefaultQueueDepth  = 32
-	DefaultLeaseTTL    = 10 * time.Second
-	DefaultPeerTimeout = 5 * time.Second
-	DefaultIdleTimeout = time.Minute
+	DefaultQPsPerPeer = 4
+	DefaultSliceSize  = 1 << 20
+	// DefaultSameHostSliceSize is the same-host device's default slice.
+	DefaultSameHostSliceSize = 16 << 20
+	DefaultQueueDepth        = 32
+	DefaultLeaseTTL          = 10 * time.Second
+	DefaultPeerTimeout       = 5 * time.Second
+	DefaultIdleTimeout       = time.Minute
 )
 
 // Config configures a node. Every zero field takes the default documented
@@ -67,7 +69,10 @@ type Config struct {
 	// a device (default DefaultQPsPerPeer); slices spread over them.
 	QPsPerPeer int
 	// SliceSize is the largest piece of a request one work request moves
-	// (default DefaultSliceSize, 1 MiB).
+	// (default DefaultSliceSize, 1 MiB, over network devices, and
+	// DefaultSameHostSliceSize, 16 MiB, over the same-host device, whose
+	// copies run on the poster's thread: larger copies go faster there
+	// and more QPs add no parallelism).
 	SliceSize int
 	// QueueDepth is the number of slices in flight per QP (default
 	// DefaultQueueDepth).
@@ -104,9 +109,6 @@ func (c Config) withDefaults() Config {
 	}
 	if c.QPsPerPeer <= 0 {
 		c.QPsPerPeer = DefaultQPsPerPeer
-	}
-	if c.SliceSize <= 0 {
-		c.SliceSize = DefaultSliceSize
 	}
 	if c.QueueDepth <= 0 {
 		c.QueueDepth = DefaultQueueDepth
@@ -309,6 +311,17 @@ func (n *Node) cmOptions(d *device) cm.Options {
 		SignalAll:   true,
 		PeerTimeout: n.cfg.PeerTimeout,
 	}
+}
+
+// sliceSize returns the slice size over device d.
+func (n *Node) sliceSize(d *device) int {
+	switch {
+	case n.cfg.SliceSize > 0:
+		return n.cfg.SliceSize
+	case d.sameHost:
+		return DefaultSameHostSliceSize
+	}
+	return DefaultSliceSize
 }
 
 // Name returns the node's name.
