@@ -205,9 +205,9 @@ func (n *Node) Submit(ctx context.Context, reqs []Request) (*Batch, error) {
 	b := &Batch{reqs: reqs, st: make([]reqState, len(reqs)), done: make(chan struct{}), errs: make([]error, len(reqs)),
 		qps: make([]*qpConn, 0, n.cfg.QPsPerPeer)}
 	type plan struct {
-		qps  []*qpConn
-		addr uint64
-		rkey uint32
+		qps   []*qpConn
+		addr  uint64
+		rkey  uint32
 		lmr   *verbs.MR
 		slice int
 	}
