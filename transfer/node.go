@@ -45,8 +45,10 @@ type Config struct {
 	// devices' cm listeners on its host with ports chosen by the system
 	// (default "127.0.0.1:0").
 	ListenAddr string
-	// MetadataAddr is the address of another node's metadata service;
-	// empty: this node serves the embedded table on ListenAddr.
+	// MetadataAddr is the address of another node's metadata service, or
+	// an etcd cluster ("etcd://host:2379,host:2379[/prefix]", keys under
+	// DefaultEtcdPrefix without a prefix); empty: this node serves the
+	// embedded table on ListenAddr.
 	MetadataAddr string
 	// Metadata, if set, replaces both: the node publishes to it (an etcd
 	// implementation, a shared table in tests). The node does not close it.
@@ -286,6 +288,11 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 			return nil, err
 		}
 		n.meta, n.ownMeta, ttl = t, true, 0 // the table's own node does not expire
+	case IsEtcdURL(cfg.MetadataAddr):
+		if n.meta, err = OpenEtcd(cfg.MetadataAddr); err != nil {
+			return nil, err
+		}
+		n.ownMeta = true
 	default:
 		n.meta, n.ownMeta = newMetaClient(cfg.MetadataAddr, cfg.Secret), true
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/rdmakit/rdmakit/internal/reexec"
 	"github.com/rdmakit/rdmakit/transfer"
+	"github.com/rdmakit/rdmakit/transfer/internal/etcdtest"
 )
 
 // A child store node: reexec role "kv-node" with the master's address,
@@ -166,5 +167,52 @@ func TestProcesses(t *testing.T) {
 				t.Fatal(err)
 			}
 		})
+	}
+}
+
+// TestEtcdStore: the store with its transfer metadata in a real etcd: a
+// master, a store node as a child process, a client; values read back;
+// the child killed: its node leaves etcd within its lease.
+func TestEtcdStore(t *testing.T) {
+	e, url, _ := etcdtest.Start(t, t.TempDir(), 0)
+	defer e.Close()
+	ctx := context.Background()
+	c := Config{Transfer: tcfg("tcp0")}
+	c.Transfer.MetadataAddr = url
+	c.Transfer.Name = "etcd-master"
+	m, err := Open(ctx, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	pc := startNode(t, m.Addr(), "etcd-holder", "tcp0", 8<<20)
+	defer pc.Kill()
+	cl := client(t, "tcp0", m.Addr())
+	v := value(5, 1<<20)
+	if err := cl.Put(ctx, []byte("k"), v); err != nil {
+		t.Fatal(err)
+	}
+	got, err := m.Get(ctx, []byte("k"))
+	if err != nil || string(got) != string(v) {
+		t.Fatal(err)
+	}
+	meta, err := transfer.OpenEtcd(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer meta.Close()
+	if _, err := meta.GetNode(ctx, "etcd-holder"); err != nil {
+		t.Fatalf("holder not in etcd: %v", err)
+	}
+	pc.Kill()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := meta.GetNode(ctx, "etcd-holder"); errors.Is(err, transfer.ErrNoNode) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("killed holder still in etcd")
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }

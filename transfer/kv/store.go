@@ -57,8 +57,11 @@ type Config struct {
 	// (default 1, at most MaxReplicas).
 	Replicas int
 	// Transfer configures the node's transfer engine (name, devices,
-	// Secret or Insecure, ...). Its MetadataAddr and Metadata are set by
-	// Open from the master; its ArenaSize defaults to Capacity + 256 MiB.
+	// Secret or Insecure, ...). On the master's node, a MetadataAddr of
+	// etcd ("etcd://...") puts the transfer metadata there (other nodes
+	// learn it from the master); otherwise that node serves the embedded
+	// table. On other nodes Open sets MetadataAddr from the master. Its
+	// ArenaSize defaults to Capacity + 256 MiB.
 	Transfer transfer.Config
 
 	// The master's settings (used by the node that runs it).
@@ -176,14 +179,23 @@ func Open(ctx context.Context, cfg Config) (_ *Store, err error) {
 		if err != nil {
 			return nil, fmt.Errorf("kv: ListenAddr %q: %w", cfg.ListenAddr, err)
 		}
-		tc.MetadataAddr, tc.Metadata = "", nil
+		// The transfer metadata: etcd if given, else this node's
+		// embedded table; clients learn which from the master.
+		if !transfer.IsEtcdURL(tc.MetadataAddr) {
+			tc.MetadataAddr = ""
+		}
+		tc.Metadata = nil
 		if tc.ListenAddr == "" {
 			tc.ListenAddr = net.JoinHostPort(host, "0")
 		}
 		if s.node, err = transfer.New(ctx, tc); err != nil {
 			return nil, err
 		}
-		s.svc = &service{m: newMaster(cfg.LeaseTTL, cfg.PutTTL), metadata: s.node.Addr(), maxKey: cfg.MaxKeyLen,
+		meta := tc.MetadataAddr
+		if meta == "" {
+			meta = s.node.Addr()
+		}
+		s.svc = &service{m: newMaster(cfg.LeaseTTL, cfg.PutTTL), metadata: meta, maxKey: cfg.MaxKeyLen,
 			maxValue: uint64(cfg.MaxValueLen), maxRepl: MaxReplicas, leaseTTL: cfg.LeaseTTL, putTTL: cfg.PutTTL, holderTTL: cfg.HolderTTL}
 		if s.srv, err = rpc.Listen(cfg.ListenAddr, kvProto, tc.Secret, tc.Insecure && len(tc.Secret) == 0, s.svc.handle); err != nil {
 			return nil, fmt.Errorf("kv: master: %w", err)
