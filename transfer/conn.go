@@ -24,6 +24,7 @@ type peerKey struct{ node, dev string }
 type peer struct {
 	key   peerKey
 	n     *Node
+	dev   *device
 	ready chan struct{} // closed when dialled (err or qps set)
 	err   error
 	qps   []*qpConn
@@ -64,24 +65,52 @@ type qpConn struct {
 	sge    [1]verbs.SGE
 }
 
-// peerFor returns the connected peer that reaches segment d, the local
-// device and the segment's region on it.
-func (n *Node) peerFor(ctx context.Context, d SegmentDesc) (*peer, *device, Region, error) {
+// rail is one device over which a segment is reached: the connected peer
+// over it, and the segment's region there.
+type rail struct {
+	p   *peer
+	dev *device
+	reg Region
+}
+
+// railsFor returns the devices over which this node reaches segment d,
+// connected: the first that works (the same-host device for a node of this
+// host, else the first network device both have) and, up to Config.Rails,
+// more (by default every other network device both have, for a node of
+// another host). A failure to connect over the first is the error; the
+// others are skipped when they fail.
+func (n *Node) railsFor(ctx context.Context, d SegmentDesc) ([]rail, error) {
 	n.mu.Lock()
 	info, ok := n.nodeInfo[d.Node]
 	n.mu.Unlock()
 	if !ok {
 		var err error
 		if info, err = n.meta.GetNode(ctx, d.Node); err != nil {
-			return nil, nil, Region{}, err
+			return nil, err
 		}
 		n.mu.Lock()
 		n.nodeInfo[d.Node] = info
 		n.mu.Unlock()
 	}
+	sameHost := info.Host == n.host
+	var rails []rail
 	for _, dev := range n.devs {
-		if dev.sameHost && info.Host != n.host {
+		if dev.sameHost && !sameHost {
 			continue
+		}
+		if len(rails) > 0 {
+			limit := n.cfg.Rails
+			if limit == 0 {
+				// Default: every network device to another host; the
+				// same-host device alone on this one.
+				if sameHost || dev.sameHost || rails[0].dev.sameHost {
+					break
+				}
+				limit = len(n.devs)
+			}
+			if len(rails) >= limit {
+				break
+			}
 		}
 		var reg *Region
 		for i := range d.Regions {
@@ -99,9 +128,18 @@ func (n *Node) peerFor(ctx context.Context, d SegmentDesc) (*peer, *device, Regi
 			continue
 		}
 		p, err := n.connect(ctx, peerKey{d.Node, dev.name}, dev, ep.Addr)
-		return p, dev, *reg, err
+		if err != nil {
+			if len(rails) == 0 {
+				return nil, err
+			}
+			continue
+		}
+		rails = append(rails, rail{p: p, dev: dev, reg: *reg})
 	}
-	return nil, nil, Region{}, fmt.Errorf("%w: node %q offers %v", ErrNoDevice, d.Node, info.Endpoints)
+	if len(rails) == 0 {
+		return nil, fmt.Errorf("%w: node %q offers %v", ErrNoDevice, d.Node, info.Endpoints)
+	}
+	return rails, nil
 }
 
 // connect returns the cached peer or dials it.
@@ -113,7 +151,7 @@ func (n *Node) connect(ctx context.Context, key peerKey, dev *device, addr strin
 	}
 	p := n.peers[key]
 	if p == nil || p.dead.Load() {
-		p = &peer{key: key, n: n, ready: make(chan struct{})}
+		p = &peer{key: key, n: n, dev: dev, ready: make(chan struct{})}
 		p.touch()
 		n.peers[key] = p
 		n.mu.Unlock()
@@ -213,6 +251,7 @@ func (qc *qpConn) post(ctx context.Context, b *Batch, req int, op verbs.Opcode, 
 		return fmt.Errorf("%w: node %q: connection closed", ErrPeerLost, qc.p.key.node)
 	}
 	qc.slots[s] = slot{b: b, req: req}
+	qc.p.dev.posted.Add(1)
 	qc.sge[0] = sge
 	qc.wr[0] = verbs.SendWR{ID: uint64(s), Opcode: op, Flags: verbs.SendSignaled, SGL: qc.sge[:], RemoteAddr: raddr, RKey: rkey}
 	if err := qc.c.QP().PostSend(qc.wr[:]); err != nil {

@@ -2,8 +2,10 @@ package transfer
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"sync/atomic"
 	"testing"
@@ -218,5 +220,88 @@ func TestDuplicateNodeName(t *testing.T) {
 	// The refused node did not disturb the holder.
 	if _, err := nodes[1].AllocSegment(ctx, "still", 4096); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestMultiRail: with Rails 2 and both shm0 and tcp0, a large request's
+// slices go over both devices, and the bytes arrive whole.
+func TestMultiRail(t *testing.T) {
+	ctx := context.Background()
+	var nodes []*Node
+	for i := 0; i < 2; i++ {
+		c := Config{Name: fmt.Sprintf("rail%d", i), Devices: []string{"shm0", "tcp0"}, Secret: secret, ArenaSize: 1 << 30,
+			Rails: 2, SliceSize: 256 << 10}
+		if i > 0 {
+			c.MetadataAddr = nodes[0].Addr()
+		}
+		n, err := New(ctx, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer n.Close()
+		nodes = append(nodes, n)
+	}
+	seg, err := nodes[0].AllocSegment(ctx, "big", 16<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fill(seg.Bytes(), 4)
+	buf, _ := nodes[1].AllocMR(16 << 20)
+	b, err := nodes[1].Submit(ctx, []Request{{Local: buf, Segment: "big", Length: 16 << 20}})
+	if err == nil {
+		err = b.Wait(ctx)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(buf.Bytes(), seg.Bytes()) {
+		t.Fatal("data differs")
+	}
+	for _, d := range nodes[1].devs {
+		if d.posted.Load() == 0 {
+			t.Fatalf("no slice over %s", d.name)
+		}
+	}
+	// Default Rails: the same-host device alone for a node of this host.
+	nodes[1].cfg.Rails = 0
+	before := nodes[1].devs[1].posted.Load()
+	b, _ = nodes[1].Submit(ctx, []Request{{Local: buf, Segment: "big", Length: 16 << 20}})
+	if err := b.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if nodes[1].devs[1].posted.Load() != before {
+		t.Fatal("tcp0 used for a same-host peer by default")
+	}
+}
+
+// TestSubmitAsync: SubmitAsync returns before posting (requests Waiting
+// or Pending), refuses bad requests at once, and the batch completes.
+func TestSubmitAsync(t *testing.T) {
+	ctx := context.Background()
+	for _, dev := range []string{"shm0", "tcp0"} {
+		nodes := cluster(t, dev, 2)
+		seg, _ := nodes[0].AllocSegment(ctx, "a-"+dev, 8<<20)
+		fill(seg.Bytes(), 6)
+		buf, _ := nodes[1].AllocMR(8 << 20)
+		if _, err := nodes[1].SubmitAsync(ctx, []Request{{Local: buf, Segment: "a-" + dev, Offset: 1, Length: 8 << 20}}); !errors.Is(err, ErrBounds) {
+			t.Fatalf("bounds: %v", err)
+		}
+		var reqs []Request
+		for i := 0; i < 128; i++ {
+			reqs = append(reqs, Request{Local: buf, LocalOffset: i << 16, Segment: "a-" + dev, Offset: uint64(i) << 16, Length: 1 << 16})
+		}
+		b, err := nodes[1].SubmitAsync(ctx, reqs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s, _ := b.Status(127); s.Final() && s != Completed {
+			t.Fatalf("status %v", s)
+		}
+		if err := b.Wait(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(buf.Bytes(), seg.Bytes()) {
+			t.Fatal("data differs")
+		}
 	}
 }

@@ -76,6 +76,12 @@ type Config struct {
 	// copies run on the poster's thread: larger copies go faster there
 	// and more QPs add no parallelism).
 	SliceSize int
+	// Rails is the most devices one request's slices spread over
+	// (multi-rail). 0: every network device both nodes have for a node on
+	// another host, the same-host device alone for one on this host; n:
+	// up to n devices, the preferred first (for a node on this host the
+	// same-host device, then network devices).
+	Rails int
 	// QueueDepth is the number of slices in flight per QP (default
 	// DefaultQueueDepth).
 	QueueDepth int
@@ -135,6 +141,7 @@ type device struct {
 	ctx      *verbs.Context
 	pd       *verbs.PD
 	ln       *cm.Listener
+	posted   atomic.Int64 // slices posted over it (tests)
 }
 
 // Node is a transfer engine node. All methods are safe for concurrent use.
