@@ -86,7 +86,7 @@ type Batch struct {
 	st      []reqState
 	pending atomic.Int32 // requests not final
 	done    chan struct{}
-	qps     []*qpConn // the QPs its slices went to (polled by Wait)
+	qps     []*qpConn   // the QPs its slices went to (polled by Wait)
 	posted  atomic.Bool // qps is complete
 
 	// mu guards errs.
