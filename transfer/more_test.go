@@ -305,3 +305,47 @@ func TestSubmitAsync(t *testing.T) {
 		}
 	}
 }
+
+// TestMetaRetries: a PutNode or PutSegment repeated after a lost answer
+// succeeds for the caller's own record; another's is refused; a node's
+// segments are capped.
+func TestMetaRetries(t *testing.T) {
+	ctx := context.Background()
+	tab := newMemTable()
+	n := NodeInfo{Name: "a", Host: "h", Endpoints: []Endpoint{{"tcp0", "x:1"}}}
+	if err := tab.PutNode(ctx, n, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := tab.PutNode(ctx, n, time.Minute); err != nil {
+		t.Fatalf("retry of own node: %v", err)
+	}
+	other := n
+	other.Host = "h2"
+	if err := tab.PutNode(ctx, other, time.Minute); !errors.Is(err, ErrExists) {
+		t.Fatalf("another node of that name: %v", err)
+	}
+	s := SegmentDesc{Name: "s", Node: "a", Size: 10, Regions: []Region{{"tcp0", 1, 2}}}
+	if err := tab.PutSegment(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	if err := tab.PutSegment(ctx, s); err != nil {
+		t.Fatalf("retry of own segment: %v", err)
+	}
+	s2 := s
+	s2.Size = 11
+	if err := tab.PutSegment(ctx, s2); !errors.Is(err, ErrExists) {
+		t.Fatalf("another segment of that name: %v", err)
+	}
+	for i := 1; i < MaxSegmentsPerNode; i++ {
+		if err := tab.PutSegment(ctx, SegmentDesc{Name: fmt.Sprint("s", i), Node: "a"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tab.PutSegment(ctx, SegmentDesc{Name: "one-too-many", Node: "a"}); !errors.Is(err, ErrTableFull) {
+		t.Fatalf("cap: %v", err)
+	}
+	tab.DeleteSegment(ctx, "a", "s")
+	if err := tab.PutSegment(ctx, SegmentDesc{Name: "one-too-many", Node: "a"}); err != nil {
+		t.Fatalf("after a delete: %v", err)
+	}
+}
