@@ -95,7 +95,7 @@ func kvRun(args []string, stdin io.Reader, stdout, stderr io.Writer, tty bool) i
 	fs.IntVar(&c.ops, "ops", 10000, "bench: operations per test, over all clients")
 	fs.IntVar(&c.keys, "keys", 100, "bench: distinct keys")
 	fs.StringVar(&c.tests, "tests", "put,get", "bench: put, get or both, in that order")
-	fs.BoolVar(&c.copyAPI, "copy", false, "bench: Put/Get of []byte (one copy each way) instead of registered memory")
+	fs.BoolVar(&c.copyAPI, "copy", false, "bench: Put/GetInto of []byte (one copy each way) instead of registered memory")
 	fs.StringVar(&c.secretArg, "secret-file", "", "file holding the shared secret (raw bytes)")
 	fs.BoolVar(&c.insecure, "insecure", false, "run without a secret (trusted networks only)")
 	if help {
@@ -385,10 +385,10 @@ func kvBenchOne(ctx context.Context, c kvConfig, test string, clients []*kv.Stor
 				case test == "put":
 					err = s.PutMR(ctx, key, bufs[i])
 				case c.copyAPI:
-					var v []byte
-					v, err = s.Get(ctx, key)
-					if err == nil && len(v) != c.size {
-						err = fmt.Errorf("value of %d bytes, want %d", len(v), c.size)
+					var n int
+					n, err = s.GetInto(ctx, key, val)
+					if err == nil && n != c.size {
+						err = fmt.Errorf("value of %d bytes, want %d", n, c.size)
 					}
 				default:
 					var n int

@@ -62,3 +62,32 @@ func BenchmarkExists(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkGet: as BenchmarkGetMR/shm0 with the []byte API.
+func BenchmarkGet(b *testing.B) {
+	ctx := context.Background()
+	srv, err := Open(ctx, Config{Capacity: 64 << 20, Transfer: tcfg("shm0")})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer srv.Close()
+	c, err := Open(ctx, Config{Addr: srv.Addr(), Transfer: tcfg("shm0")})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	const size = 256 << 10
+	v := make([]byte, size)
+	for i := 0; i < 100; i++ {
+		if err := c.Put(ctx, []byte(fmt.Sprint(i)), v); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.SetBytes(size)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := c.GetInto(ctx, []byte(fmt.Sprint(i%100)), v); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

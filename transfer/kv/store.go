@@ -762,6 +762,24 @@ func (s *Store) Get(ctx context.Context, key []byte) ([]byte, error) {
 	return vs[0], nil
 }
 
+// GetInto reads key's value into dst (one copy, through registered
+// staging memory) and returns its length; ErrBuffer when dst is too small.
+func (s *Store) GetInto(ctx context.Context, key, dst []byte) (int, error) {
+	mr, err := s.stage(max(len(dst), 1))
+	if err != nil {
+		return 0, err
+	}
+	defer s.unstage(mr)
+	n, err := s.GetMRBatch(ctx, [][]byte{key}, []Buf{{MR: mr, Len: len(dst)}})
+	if err != nil {
+		if n != nil {
+			return n[0], unwrapOne(err)
+		}
+		return 0, err
+	}
+	return copy(dst, mr.Bytes()[:n[0]]), nil
+}
+
 // GetBatch returns the values of keys (nil for those that failed, with
 // their *KeyError in the joined error).
 func (s *Store) GetBatch(ctx context.Context, keys [][]byte) ([][]byte, error) {
