@@ -440,3 +440,41 @@ func TestBlockKeys(t *testing.T) {
 		t.Fatal("extension differs")
 	}
 }
+
+// TestStoreFull: through the client, a Put that only evicting a value
+// being read would fit fails with ErrFull (the value read is intact), a
+// value larger than any store node with ErrTooLarge; the store keeps
+// serving.
+func TestStoreFull(t *testing.T) {
+	ctx := context.Background()
+	ss := cluster(t, "shm0", 1, 1<<20, nil)
+	c := client(t, "shm0", ss[0].Addr())
+	v := value(1, 900<<10)
+	if err := c.Put(ctx, []byte("big"), v); err != nil {
+		t.Fatal(err)
+	}
+	// A reader holds a lease on "big" (as a Get in progress does).
+	m := ss[0].svc.m
+	m.mu.Lock()
+	_, lease, err := m.get(time.Now(), "big")
+	m.mu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Put(ctx, []byte("other"), value(2, 512<<10)); !errors.Is(err, ErrFull) {
+		t.Fatalf("put over a value being read: %v", err)
+	}
+	if err := c.Put(ctx, []byte("huge"), make([]byte, 2<<20)); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("larger than the store node: %v", err)
+	}
+	if got, err := c.Get(ctx, []byte("big")); err != nil || !bytes.Equal(got, v) {
+		t.Fatalf("value read: %v", err)
+	}
+	m.mu.Lock()
+	m.releaseLocked(lease)
+	m.mu.Unlock()
+	// Now "big" may be evicted for the new value.
+	if err := c.Put(ctx, []byte("other"), value(2, 512<<10)); err != nil {
+		t.Fatal(err)
+	}
+}
