@@ -361,9 +361,10 @@ type Client struct {
 	life   context.Context // ends at Close
 	end    context.CancelFunc
 
-	// mu guards idle, local and closed.
+	// mu guards idle, busy, local and closed.
 	mu     sync.Mutex
 	idle   []*conn
+	busy   map[*conn]struct{} // connections of calls in progress
 	local  string // a Unix socket to try first (SetLocal)
 	closed bool
 }
@@ -379,7 +380,7 @@ func (cl *Client) SetLocal(name string) {
 // NewClient returns a client of the server at addr; it connects on the
 // first call.
 func NewClient(addr string, p Proto, secret []byte) *Client {
-	c := &Client{addr: addr, proto: p, secret: secret}
+	c := &Client{addr: addr, proto: p, secret: secret, busy: map[*conn]struct{}{}}
 	c.life, c.end = context.WithCancel(context.Background())
 	return c
 }
@@ -475,10 +476,6 @@ func (cl *Client) handshake(c *conn) error {
 // connection that fails before the answer is redialled once and the
 // request sent again: handlers must make requests safe to repeat.
 func (cl *Client) Call(ctx context.Context, req []byte) ([]byte, error) {
-	// Close interrupts a call in progress.
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	defer context.AfterFunc(cl.life, cancel)()
 	for attempt := 0; ; attempt++ {
 		c, err := cl.get(ctx)
 		if err != nil {
@@ -492,7 +489,7 @@ func (cl *Client) Call(ctx context.Context, req []byte) ([]byte, error) {
 			cl.put(c)
 			return body, nil
 		}
-		c.c.Close()
+		cl.drop(c)
 		if cl.life.Err() != nil {
 			return nil, ErrClosed
 		}
@@ -515,19 +512,40 @@ func (cl *Client) get(ctx context.Context) (*conn, error) {
 		c := cl.idle[len(cl.idle)-1]
 		cl.idle = cl.idle[:len(cl.idle)-1]
 		if time.Since(c.lastActive) < IdleTimeout/2 {
+			cl.busy[c] = struct{}{}
 			cl.mu.Unlock()
 			return c, nil
 		}
 		c.c.Close() // the server may drop it any moment
 	}
 	cl.mu.Unlock()
-	return cl.dial(ctx)
+	c, err := cl.dial(ctx)
+	if err != nil {
+		return nil, err
+	}
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	if cl.closed {
+		c.c.Close()
+		return nil, ErrClosed
+	}
+	cl.busy[c] = struct{}{}
+	return c, nil
+}
+
+// drop closes a connection that failed.
+func (cl *Client) drop(c *conn) {
+	cl.mu.Lock()
+	delete(cl.busy, c)
+	cl.mu.Unlock()
+	c.c.Close()
 }
 
 func (cl *Client) put(c *conn) {
 	c.lastActive = time.Now()
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
+	delete(cl.busy, c)
 	if cl.closed || len(cl.idle) >= maxIdle {
 		c.c.Close()
 		return
@@ -536,10 +554,13 @@ func (cl *Client) put(c *conn) {
 }
 
 func (cl *Client) roundTrip(ctx context.Context, c *conn, req []byte) ([]byte, error) {
-	stop := context.AfterFunc(ctx, func() { c.c.SetDeadline(time.Unix(1, 0)) })
-	defer stop()
+	if ctx.Done() != nil {
+		stop := context.AfterFunc(ctx, func() { c.c.SetDeadline(time.Unix(1, 0)) })
+		defer stop()
+	}
+	// A bound on a call whose context has none (a silent server); the
+	// next call on the connection sets it again.
 	c.c.SetDeadline(time.Now().Add(30 * time.Second))
-	defer c.c.SetDeadline(time.Time{})
 	if err := c.send(fRequest, req); err != nil {
 		return nil, err
 	}
@@ -563,5 +584,8 @@ func (cl *Client) Close() error {
 		c.c.Close()
 	}
 	cl.idle = nil
+	for c := range cl.busy {
+		c.c.Close() // interrupts the call on it
+	}
 	return nil
 }

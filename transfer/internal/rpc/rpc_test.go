@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 )
@@ -104,5 +105,31 @@ func TestIntegrity(t *testing.T) {
 	go cl4.w.WriteFrame(fRequest, make([]byte, 40))
 	if _, _, err := sv4.recv(); !errors.Is(err, ErrIntegrity) {
 		t.Fatalf("unsigned: %v", err)
+	}
+}
+
+// TestCloseInterrupts: Close of a client ends a call waiting for its
+// answer.
+func TestCloseInterrupts(t *testing.T) {
+	s, err := Listen("127.0.0.1:0", proto, secret, false, func(ctx context.Context, _ []byte) []byte {
+		<-ctx.Done() // answers only when the server closes
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	c := NewClient(s.Addr(), proto, secret)
+	done := make(chan error)
+	go func() { _, err := c.Call(context.Background(), []byte("x")); done <- err }()
+	time.Sleep(50 * time.Millisecond)
+	c.Close()
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrClosed) {
+			t.Fatalf("call: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close did not interrupt the call")
 	}
 }
