@@ -365,7 +365,7 @@ type Client struct {
 	mu     sync.Mutex
 	idle   []*conn
 	busy   map[*conn]struct{} // connections of calls in progress
-	local  string // a Unix socket to try first (SetLocal)
+	local  string             // a Unix socket to try first (SetLocal)
 	closed bool
 }
 
