@@ -53,6 +53,10 @@ type Location struct {
 	Offset  uint64
 }
 
+// maxLeases bounds the read leases held at once (clients that never hand
+// theirs back cost at most this until LeaseTTL frees them).
+const maxLeases = 1 << 20
+
 // master is the placement state. mu guards everything.
 type master struct {
 	leaseTTL time.Duration // read leases
@@ -298,6 +302,9 @@ func (m *master) get(now time.Time, key string) (*entry, uint64, error) {
 	e, ok := m.entries[key]
 	if !ok {
 		return nil, 0, ErrNotFound
+	}
+	if len(m.leases) >= maxLeases {
+		return nil, 0, fmt.Errorf("%w: %d reads in progress", ErrFull, maxLeases)
 	}
 	m.lru.MoveToBack(e.lru)
 	m.next++
