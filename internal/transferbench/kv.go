@@ -47,6 +47,7 @@ type kvConfig struct {
 	cmd       string
 	addr      string
 	listen    string
+	metadata  string
 	device    string
 	capacity  int64
 	replicas  int
@@ -85,6 +86,7 @@ func kvRun(args []string, stdin io.Reader, stdout, stderr io.Writer, tty bool) i
 	fs.SetOutput(stderr)
 	fs.StringVar(&c.addr, "addr", "", "the master's address (serve: join it as a store node; bench: empty starts a store here)")
 	fs.StringVar(&c.listen, "listen", "127.0.0.1:0", "serve: where the master listens")
+	fs.StringVar(&c.metadata, "metadata", "", "serve (the master): the transfer metadata in etcd, etcd://host:2379,... (default: served by the master's node)")
 	fs.StringVar(&c.device, "device", "", "the device to use: shm0, tcp0, an RDMA NIC (default: chosen per peer)")
 	fs.Int64Var(&c.capacity, "capacity", 1<<30, "serve/bench: bytes of values this node holds")
 	fs.IntVar(&c.replicas, "replicas", 1, "put/bench: store nodes per value")
@@ -153,6 +155,9 @@ func kvRun(args []string, stdin io.Reader, stdout, stderr io.Writer, tty bool) i
 	if c.capacity < 0 || c.replicas <= 0 || c.limit < 0 {
 		return bad("bad arguments")
 	}
+	if c.metadata != "" && (c.cmd != "serve" || c.addr != "" || !transfer.IsEtcdURL(c.metadata)) {
+		return bad("--metadata takes an etcd:// URL, for the master (serve without --addr)")
+	}
 	secret, code := readSecret(EnvKVSecret, c.secretArg, c.insecure, c.cmd == "bench" && c.addr == "", stderr)
 	if code != 0 {
 		return code
@@ -215,7 +220,7 @@ func readSecret(env, file string, insecure, ours bool, stderr io.Writer) ([]byte
 
 func (c kvConfig) store(addr string, capacity int64, name string) kv.Config {
 	cfg := kv.Config{Addr: addr, ListenAddr: c.listen, Capacity: capacity, Replicas: c.replicas,
-		Transfer: transfer.Config{Name: name, Secret: c.secret, Insecure: c.insecure}}
+		Transfer: transfer.Config{Name: name, Secret: c.secret, Insecure: c.insecure, MetadataAddr: c.metadata}}
 	if c.device != "" {
 		cfg.Transfer.Devices = []string{c.device}
 	}

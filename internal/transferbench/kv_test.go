@@ -64,7 +64,7 @@ func TestKVClientCommands(t *testing.T) {
 }
 
 func TestKVUsage(t *testing.T) {
-	for _, args := range [][]string{nil, {"nope"}, {"get"}, {"get", "--addr", "x"}, {"put", "--addr", "x"}, {"bench", "--clients", "0"}, {"bench", "--tests", "del"}, {"ls", "--bogus"}} {
+	for _, args := range [][]string{nil, {"nope"}, {"get"}, {"get", "--addr", "x"}, {"put", "--addr", "x"}, {"bench", "--clients", "0"}, {"bench", "--tests", "del"}, {"ls", "--bogus"}, {"serve", "--metadata", "10.0.0.1:2379"}, {"get", "--addr", "x", "--metadata", "etcd://x", "k"}} {
 		var out, errb bytes.Buffer
 		if code := kvRun(args, nil, &out, &errb, false); code != 2 {
 			t.Errorf("%q: exit %d, want 2", args, code)
