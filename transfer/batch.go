@@ -86,6 +86,8 @@ type Batch struct {
 	st      []reqState
 	pending atomic.Int32 // requests not final
 	done    chan struct{}
+	qps     []*qpConn   // the QPs its slices went to (polled by Wait)
+	posted  atomic.Bool // qps is complete
 
 	// mu guards errs.
 	mu   sync.Mutex
@@ -115,6 +117,20 @@ func (b *Batch) Done() <-chan struct{} { return b.done }
 // carries on). It returns nil if all completed, else the first failure as
 // a *RequestError (errors.Join of all of them).
 func (b *Batch) Wait(ctx context.Context) error {
+	// One poll before sleeping: what completed as it was posted (shm0)
+	// costs no wakeup. Spinning longer only takes the processor from the
+	// goroutines that complete the rest (tcp0's). (Until everything is
+	// posted, SubmitAsync's goroutine owns b.qps.)
+	if b.posted.Load() && b.pending.Load() != 0 {
+		for _, qc := range b.qps {
+			qc.poll()
+		}
+		if b.pending.Load() != 0 {
+			for _, qc := range b.qps {
+				qc.wake()
+			}
+		}
+	}
 	select {
 	case <-b.done:
 	case <-ctx.Done():
@@ -176,56 +192,107 @@ func (b *Batch) sliceDone(i int, n int32, err error) {
 // the rest fails with Timeout or Canceled; what was posted completes (or
 // fails when its peer is lost, within Config.PeerTimeout).
 func (n *Node) Submit(ctx context.Context, reqs []Request) (*Batch, error) {
-	reqs = slices.Clone(reqs) // the caller may reuse its slice at once
-	b := &Batch{reqs: reqs, st: make([]reqState, len(reqs)), done: make(chan struct{}), errs: make([]error, len(reqs))}
-	type plan struct {
-		qps  []*qpConn
-		addr uint64
-		rkey uint32
-		lmr  *verbs.MR
+	b, plans, err := n.prepare(ctx, reqs)
+	if err != nil {
+		return nil, err
 	}
+	n.post(ctx, b, plans)
+	return b, nil
+}
+
+// SubmitAsync is Submit that returns once every request is checked and
+// its connections made, before anything is posted: the slices are posted
+// by a goroutine of the node (requests are Waiting until then). ctx
+// governs the posting, as Submit's does; Wait or Done tell the end.
+func (n *Node) SubmitAsync(ctx context.Context, reqs []Request) (*Batch, error) {
+	b, plans, err := n.prepare(ctx, reqs)
+	if err != nil {
+		return nil, err
+	}
+	n.mu.Lock()
+	if n.closed {
+		n.mu.Unlock()
+		return nil, ErrClosed
+	}
+	n.wg.Add(1)
+	n.mu.Unlock()
+	go func() {
+		defer n.wg.Done()
+		n.post(ctx, b, plans)
+	}()
+	return b, nil
+}
+
+// plan is how one request reaches its segment.
+type plan struct {
+	rails []railPlan
+	slice int
+}
+
+// prepare checks the requests and connects to their segments' nodes.
+func (n *Node) prepare(ctx context.Context, reqs []Request) (*Batch, []plan, error) {
+	reqs = slices.Clone(reqs) // the caller may reuse its slice at once
+	b := &Batch{reqs: reqs, st: make([]reqState, len(reqs)), done: make(chan struct{}), errs: make([]error, len(reqs)),
+		qps: make([]*qpConn, 0, n.cfg.QPsPerPeer)}
 	plans := make([]plan, len(reqs))
 	for i, r := range reqs {
 		if r.Op != Read && r.Op != Write {
-			return nil, fmt.Errorf("transfer: request %d: unknown op %d", i, r.Op)
+			return nil, nil, fmt.Errorf("transfer: request %d: unknown op %d", i, r.Op)
 		}
 		if r.Local == nil || r.Length <= 0 || r.LocalOffset < 0 || r.LocalOffset > r.Local.Len() || r.Length > r.Local.Len()-r.LocalOffset {
-			return nil, fmt.Errorf("%w: request %d: local range [%d, +%d) of a %d-byte region", ErrBounds, i, r.LocalOffset, r.Length, lenOf(r.Local))
+			return nil, nil, fmt.Errorf("%w: request %d: local range [%d, +%d) of a %d-byte region", ErrBounds, i, r.LocalOffset, r.Length, lenOf(r.Local))
 		}
 		d, err := n.lookup(ctx, r.Segment, false)
 		if err != nil {
-			return nil, fmt.Errorf("transfer: request %d: %w", i, err)
+			return nil, nil, fmt.Errorf("transfer: request %d: %w", i, err)
 		}
 		if r.Offset > d.Size || uint64(r.Length) > d.Size-r.Offset {
-			return nil, fmt.Errorf("%w: request %d: [%d, +%d) of segment %q (%d bytes)", ErrBounds, i, r.Offset, r.Length, r.Segment, d.Size)
+			return nil, nil, fmt.Errorf("%w: request %d: [%d, +%d) of segment %q (%d bytes)", ErrBounds, i, r.Offset, r.Length, r.Segment, d.Size)
 		}
 		if r.Op == Write && d.ReadOnly {
-			return nil, fmt.Errorf("%w: request %d: segment %q", ErrReadOnly, i, r.Segment)
+			return nil, nil, fmt.Errorf("%w: request %d: segment %q", ErrReadOnly, i, r.Segment)
 		}
-		p, dev, reg, err := n.peerFor(ctx, d)
+		rails, err := n.railsFor(ctx, d)
 		if err != nil {
-			return nil, fmt.Errorf("transfer: request %d (segment %q): %w", i, r.Segment, err)
+			return nil, nil, fmt.Errorf("transfer: request %d (segment %q): %w", i, r.Segment, err)
 		}
-		lmr, err := n.regionFor(r.Local, dev)
-		if err != nil {
-			return nil, fmt.Errorf("transfer: request %d: %w", i, err)
+		pl := plan{slice: 0, rails: make([]railPlan, 0, len(rails))}
+		for k, rl := range rails {
+			lmr, err := n.regionFor(r.Local, rl.dev)
+			if err != nil {
+				if k == 0 {
+					return nil, nil, fmt.Errorf("transfer: request %d: %w", i, err)
+				}
+				continue // this rail cannot reach the local region
+			}
+			pl.rails = append(pl.rails, railPlan{qps: rl.p.qps, addr: rl.reg.Addr + r.Offset, rkey: rl.reg.RKey, lmr: lmr})
+			if s := n.sliceSize(rl.dev); pl.slice == 0 || s < pl.slice {
+				pl.slice = s
+			}
+			rl.p.touch()
 		}
-		plans[i] = plan{qps: p.qps, addr: reg.Addr + r.Offset, rkey: reg.RKey, lmr: lmr}
-		p.touch()
+		plans[i] = pl
 	}
-	slice := n.cfg.SliceSize
+	return b, plans, nil
+}
+
+// post posts the slices of a prepared batch.
+func (n *Node) post(ctx context.Context, b *Batch, plans []plan) {
+	reqs := b.reqs
 	b.pending.Store(int32(len(reqs)))
 	if len(reqs) == 0 {
 		close(b.done)
-		return b, nil
+		return
 	}
 	for i, r := range reqs {
+		slice := plans[i].slice
 		ns := (r.Length + slice - 1) / slice
 		b.st[i].remaining.Store(int32(ns))
 	}
 	op := verbs.OpRead
 	for i, r := range reqs {
 		pl := plans[i]
+		slice := pl.slice
 		ns := int32((r.Length + slice - 1) / slice)
 		if r.Op == Write {
 			op = verbs.OpWrite
@@ -236,15 +303,33 @@ func (n *Node) Submit(ctx context.Context, reqs []Request) (*Batch, error) {
 		for k := int32(0); k < ns; k++ {
 			off := int(k) * slice
 			l := min(slice, r.Length-off)
-			qc := pl.qps[int(n.rr.Add(1))%len(pl.qps)]
-			err := qc.post(ctx, b, i, op, pl.lmr.SGE(r.LocalOffset+off, l), pl.addr+uint64(off), pl.rkey)
+			rp := &pl.rails[int(k)%len(pl.rails)]
+			qc := rp.qps[int(n.rr.Add(1))%len(rp.qps)]
+			if !slices.Contains(b.qps, qc) {
+				b.qps = append(b.qps, qc)
+			}
+			err := qc.post(ctx, b, i, op, rp.lmr.SGE(r.LocalOffset+off, l), rp.addr+uint64(off), rp.rkey)
 			if err != nil {
 				b.sliceDone(i, ns-k, err)
 				break
 			}
 		}
 	}
-	return b, nil
+	for _, qc := range b.qps {
+		qc.poll()
+		if len(qc.free) < cap(qc.free) {
+			qc.wake() // in flight: the completion goroutine reaps it
+		}
+	}
+	b.posted.Store(true)
+}
+
+// railPlan is how a request's slices reach its segment over one device.
+type railPlan struct {
+	qps  []*qpConn
+	addr uint64
+	rkey uint32
+	lmr  *verbs.MR
 }
 
 func lenOf(mr *verbs.MR) int {

@@ -9,6 +9,7 @@ package transfer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -23,6 +24,7 @@ type peerKey struct{ node, dev string }
 type peer struct {
 	key   peerKey
 	n     *Node
+	dev   *device
 	ready chan struct{} // closed when dialled (err or qps set)
 	err   error
 	qps   []*qpConn
@@ -42,14 +44,18 @@ type qpConn struct {
 	p      *peer
 	c      *cm.Conn
 	free   chan int      // free slot indices
+	kick   chan struct{} // wakes the completion goroutine (cap 1)
 	gone   chan struct{} // closed when the connection is lost or closed
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	// firstErr is the first failure on the QP; the completion goroutine
-	// owns it.
+	// reapMu serialises handling completions (the completion goroutine,
+	// and Submit and Wait polling for them) and guards firstErr.
+	reapMu sync.Mutex
+	// firstErr is the first failure on the QP.
 	firstErr error
+	pollWCs  [16]verbs.WorkCompletion // poll's buffer
 
 	// mu serialises posting and guards everything below.
 	mu     sync.Mutex
@@ -59,24 +65,52 @@ type qpConn struct {
 	sge    [1]verbs.SGE
 }
 
-// peerFor returns the connected peer that reaches segment d, the local
-// device and the segment's region on it.
-func (n *Node) peerFor(ctx context.Context, d SegmentDesc) (*peer, *device, Region, error) {
+// rail is one device over which a segment is reached: the connected peer
+// over it, and the segment's region there.
+type rail struct {
+	p   *peer
+	dev *device
+	reg Region
+}
+
+// railsFor returns the devices over which this node reaches segment d,
+// connected: the first that works (the same-host device for a node of this
+// host, else the first network device both have) and, up to Config.Rails,
+// more (by default every other network device both have, for a node of
+// another host). A failure to connect over the first is the error; the
+// others are skipped when they fail.
+func (n *Node) railsFor(ctx context.Context, d SegmentDesc) ([]rail, error) {
 	n.mu.Lock()
 	info, ok := n.nodeInfo[d.Node]
 	n.mu.Unlock()
 	if !ok {
 		var err error
 		if info, err = n.meta.GetNode(ctx, d.Node); err != nil {
-			return nil, nil, Region{}, err
+			return nil, err
 		}
 		n.mu.Lock()
 		n.nodeInfo[d.Node] = info
 		n.mu.Unlock()
 	}
+	sameHost := info.Host == n.host
+	var rails []rail
 	for _, dev := range n.devs {
-		if dev.sameHost && info.Host != n.host {
+		if dev.sameHost && !sameHost {
 			continue
+		}
+		if len(rails) > 0 {
+			limit := n.cfg.Rails
+			if limit == 0 {
+				// Default: every network device to another host; the
+				// same-host device alone on this one.
+				if sameHost || dev.sameHost || rails[0].dev.sameHost {
+					break
+				}
+				limit = len(n.devs)
+			}
+			if len(rails) >= limit {
+				break
+			}
 		}
 		var reg *Region
 		for i := range d.Regions {
@@ -94,9 +128,18 @@ func (n *Node) peerFor(ctx context.Context, d SegmentDesc) (*peer, *device, Regi
 			continue
 		}
 		p, err := n.connect(ctx, peerKey{d.Node, dev.name}, dev, ep.Addr)
-		return p, dev, *reg, err
+		if err != nil {
+			if len(rails) == 0 {
+				return nil, err
+			}
+			continue
+		}
+		rails = append(rails, rail{p: p, dev: dev, reg: *reg})
 	}
-	return nil, nil, Region{}, fmt.Errorf("%w: node %q offers %v", ErrNoDevice, d.Node, info.Endpoints)
+	if len(rails) == 0 {
+		return nil, fmt.Errorf("%w: node %q offers %v", ErrNoDevice, d.Node, info.Endpoints)
+	}
+	return rails, nil
 }
 
 // connect returns the cached peer or dials it.
@@ -108,7 +151,7 @@ func (n *Node) connect(ctx context.Context, key peerKey, dev *device, addr strin
 	}
 	p := n.peers[key]
 	if p == nil || p.dead.Load() {
-		p = &peer{key: key, n: n, ready: make(chan struct{})}
+		p = &peer{key: key, n: n, dev: dev, ready: make(chan struct{})}
 		p.touch()
 		n.peers[key] = p
 		n.mu.Unlock()
@@ -153,11 +196,16 @@ func (p *peer) dial(ctx context.Context, dev *device, addr string) error {
 	n := p.n
 	for i := 0; i < n.cfg.QPsPerPeer; i++ {
 		c, err := cm.Dial(ctx, addr, n.cmOptions(dev))
+		for try := 0; err != nil && isBusy(err) && try < 20 && ctx.Err() == nil; try++ {
+			// The listener has many handshakes in progress: back off.
+			time.Sleep(time.Duration(1+try) * 5 * time.Millisecond)
+			c, err = cm.Dial(ctx, addr, n.cmOptions(dev))
+		}
 		if err != nil {
 			n.forget(p.key.node)
 			return fmt.Errorf("%w: connecting to node %q (%s at %s): %w", ErrPeerLost, p.key.node, dev.name, addr, err)
 		}
-		qc := &qpConn{p: p, c: c, free: make(chan int, n.cfg.QueueDepth), gone: make(chan struct{}), slots: make([]slot, n.cfg.QueueDepth)}
+		qc := &qpConn{p: p, c: c, free: make(chan int, n.cfg.QueueDepth), kick: make(chan struct{}, 1), gone: make(chan struct{}), slots: make([]slot, n.cfg.QueueDepth)}
 		for s := 0; s < n.cfg.QueueDepth; s++ {
 			qc.free <- s
 		}
@@ -178,6 +226,17 @@ func (qc *qpConn) post(ctx context.Context, b *Batch, req int, op verbs.Opcode, 
 	var s int
 	select {
 	case s = <-qc.free:
+	default:
+		// The queue is full: reap, or have the completion goroutine do it.
+		qc.poll()
+		qc.wake()
+		select {
+		case s = <-qc.free:
+		case <-qc.gone:
+			return fmt.Errorf("%w: node %q: %v", ErrPeerLost, qc.p.key.node, qc.cause())
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	case <-qc.gone:
 		return fmt.Errorf("%w: node %q: %v", ErrPeerLost, qc.p.key.node, qc.cause())
 	case <-ctx.Done():
@@ -192,6 +251,7 @@ func (qc *qpConn) post(ctx context.Context, b *Batch, req int, op verbs.Opcode, 
 		return fmt.Errorf("%w: node %q: connection closed", ErrPeerLost, qc.p.key.node)
 	}
 	qc.slots[s] = slot{b: b, req: req}
+	qc.p.dev.posted.Add(1)
 	qc.sge[0] = sge
 	qc.wr[0] = verbs.SendWR{ID: uint64(s), Opcode: op, Flags: verbs.SendSignaled, SGL: qc.sge[:], RemoteAddr: raddr, RKey: rkey}
 	if err := qc.c.QP().PostSend(qc.wr[:]); err != nil {
@@ -209,31 +269,78 @@ func (qc *qpConn) cause() error {
 	return ErrClosed
 }
 
-// complete finishes slices as their completions arrive.
+// complete finishes slices as their completions arrive, while slices are
+// in flight that Submit and Wait did not reap themselves: it sleeps on
+// kick until then, so that a transport that completes as it posts (shm0)
+// wakes no goroutine.
 func (qc *qpConn) complete() {
 	defer qc.wg.Done()
 	var wcs [16]verbs.WorkCompletion
 	cq := qc.c.SendCQ()
 	for {
-		k, err := cq.Wait(qc.ctx, wcs[:])
-		if err != nil {
+		select {
+		case <-qc.kick:
+		case <-qc.ctx.Done():
 			return
 		}
-		for _, wc := range wcs[:k] {
-			qc.mu.Lock()
-			sl := qc.slots[wc.WRID]
-			qc.slots[wc.WRID] = slot{}
-			qc.mu.Unlock()
-			qc.free <- int(wc.WRID)
-			if sl.b == nil {
-				continue
+		for len(qc.free) < cap(qc.free) {
+			k, err := cq.Wait(qc.ctx, wcs[:])
+			if err != nil {
+				return
 			}
-			var err error
-			if wc.Status != verbs.StatusSuccess {
-				err = qc.failure(&wc)
-			}
-			sl.b.sliceDone(sl.req, 1, err)
+			qc.reapMu.Lock()
+			qc.reap(wcs[:k])
+			qc.reapMu.Unlock()
 		}
+	}
+}
+
+// wake makes the completion goroutine reap what is in flight.
+func (qc *qpConn) wake() {
+	select {
+	case qc.kick <- struct{}{}:
+	default:
+	}
+}
+
+// poll handles the completions already there, unless another goroutine is
+// handling some (then they are in good hands). Submit and Wait call it,
+// so that a transport that completes at once (shm0 copies as it posts)
+// costs no goroutine handoff.
+func (qc *qpConn) poll() {
+	if !qc.reapMu.TryLock() {
+		return
+	}
+	defer qc.reapMu.Unlock()
+	wcs := qc.pollWCs[:]
+	for {
+		k, err := qc.c.SendCQ().Poll(wcs)
+		if k > 0 {
+			qc.reap(wcs[:k])
+		}
+		if err != nil || k < len(wcs) {
+			return
+		}
+	}
+}
+
+// reap finishes the slices of completions wcs; reapMu is held.
+func (qc *qpConn) reap(wcs []verbs.WorkCompletion) {
+	for i := range wcs {
+		wc := &wcs[i]
+		qc.mu.Lock()
+		sl := qc.slots[wc.WRID]
+		qc.slots[wc.WRID] = slot{}
+		qc.mu.Unlock()
+		qc.free <- int(wc.WRID)
+		if sl.b == nil {
+			continue
+		}
+		var err error
+		if wc.Status != verbs.StatusSuccess {
+			err = qc.failure(wc)
+		}
+		sl.b.sliceDone(sl.req, 1, err)
 	}
 }
 
@@ -303,6 +410,7 @@ func (p *peer) close() {
 		p.dead.Store(true)
 		for _, qc := range p.qps {
 			qc.c.Disconnect()
+			qc.wake() // the flushed completions need reaping
 		}
 		deadline := time.Now().Add(time.Second)
 		for _, qc := range p.qps {
@@ -362,4 +470,10 @@ func (n *Node) janitor() {
 			p.close()
 		}
 	}
+}
+
+// isBusy: a listener refused a dial for load (RejectBusy).
+func isBusy(err error) bool {
+	var re *cm.RejectError
+	return errors.As(err, &re) && re.Code == cm.RejectBusy
 }

@@ -16,7 +16,8 @@
 // capability), starts a cm listener on each (connections need the shared
 // Config.Secret, or Insecure), and registers the node in the metadata
 // table: its own embedded one, served on Config.ListenAddr, or another
-// node's (Config.MetadataAddr), or any Metadata implementation. A node
+// node's (Config.MetadataAddr), an etcd cluster (MetadataAddr
+// "etcd://host:2379,..."), or any Metadata implementation. A node
 // renews its lease every third of Config.LeaseTTL; a node that stops (a
 // killed process) disappears from the table with its segments within
 // LeaseTTL.
@@ -24,14 +25,17 @@
 // Segments. AllocSegment, RegisterSegment (memory from AllocMR) and
 // RegisterFileSegment publish a segment under a name unique in the table
 // (ErrExists otherwise); OpenSegment returns its size, node and access;
-// unknown names are ErrNoSegment.
+// unknown names are ErrNoSegment. A mapped file segment is guarded by a
+// file lease: a process that truncates the file waits until the node has
+// withdrawn the segment.
 //
 // Transfers. Submit checks every request before anything moves (bounds:
 // ErrBounds, read-only segments: ErrReadOnly, unknown segments), connects
 // to the segments' nodes on first use (Config.QPsPerPeer QPs each,
 // cached, closed after Config.IdleTimeout unused or when the peer goes),
-// cuts each request into slices of Config.SliceSize spread round-robin
-// over the QPs, and posts them. A request completes when all its slices
+// cuts each request into slices spread round-robin over the QPs and, to
+// another host, over every network device both nodes have (Config.Rails),
+// and posts them; SubmitAsync returns before posting. A request completes when all its slices
 // do; its Status goes Waiting, Pending, then Completed, Failed (with the
 // cause: a remote access error, ErrPeerLost when its node went away),
 // Timeout or Canceled (Submit's context ended before all was posted).
@@ -41,7 +45,8 @@
 //
 // Goroutines and locks are described at the top of each file: node.go
 // (devices, leases, accepted connections), conn.go (per-QP completion and
-// watcher goroutines, the janitor), metanet.go (the metadata service).
+// watcher goroutines, the janitor), metanet.go (the metadata service),
+// etcd.go (the etcd client's), lease_linux.go (the file lease watcher).
 // Posting and completion handling allocate nothing per slice.
 //
 // See docs/transfer.md for the design, the wire format of the metadata

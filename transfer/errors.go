@@ -33,6 +33,8 @@ var (
 	// ErrPeerLost: the segment's node cannot be reached: connecting to it
 	// failed, or the connection went away.
 	ErrPeerLost = errors.New("transfer: peer lost")
+	// ErrTableFull: a node holds MaxSegmentsPerNode segments already.
+	ErrTableFull = errors.New("transfer: metadata table full for this node")
 	// ErrTransfer: a request of a batch did not complete (see RequestError).
 	ErrTransfer = errors.New("transfer: request failed")
 )

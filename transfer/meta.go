@@ -9,6 +9,7 @@ package transfer
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 )
@@ -75,11 +76,16 @@ type Metadata interface {
 type memTable struct {
 	now func() time.Time
 
-	// mu guards nodes and segs.
+	// mu guards nodes, segs and count.
 	mu    sync.Mutex
 	nodes map[string]*nodeEntry
 	segs  map[string]SegmentDesc
+	count map[string]int // segments per node
 }
+
+// MaxSegmentsPerNode bounds the segments one node may hold in the embedded
+// table (ErrTableFull beyond).
+const MaxSegmentsPerNode = 4096
 
 type nodeEntry struct {
 	info    NodeInfo
@@ -88,7 +94,7 @@ type nodeEntry struct {
 }
 
 func newMemTable() *memTable {
-	return &memTable{now: time.Now, nodes: map[string]*nodeEntry{}, segs: map[string]SegmentDesc{}}
+	return &memTable{now: time.Now, nodes: map[string]*nodeEntry{}, segs: map[string]SegmentDesc{}, count: map[string]int{}}
 }
 
 // expireLocked drops nodes whose lease ran out, with their segments.
@@ -105,16 +111,43 @@ func (t *memTable) deleteNodeLocked(name string) {
 	delete(t.nodes, name)
 	for s, d := range t.segs {
 		if d.Node == name {
-			delete(t.segs, s)
+			t.deleteSegLocked(s, d)
 		}
 	}
+}
+
+func (t *memTable) deleteSegLocked(name string, d SegmentDesc) {
+	delete(t.segs, name)
+	if t.count[d.Node]--; t.count[d.Node] <= 0 {
+		delete(t.count, d.Node)
+	}
+}
+
+// sameNode: b is a's record again (same name, host and endpoints).
+func sameNode(a, b NodeInfo) bool {
+	return a.Name == b.Name && a.Host == b.Host && slices.Equal(a.Endpoints, b.Endpoints)
+}
+
+// sameSegment: b is a's record again.
+func sameSegment(a, b SegmentDesc) bool {
+	return a.Name == b.Name && a.Node == b.Node && a.Size == b.Size && a.ReadOnly == b.ReadOnly && slices.Equal(a.Regions, b.Regions)
 }
 
 func (t *memTable) PutNode(_ context.Context, n NodeInfo, ttl time.Duration) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.expireLocked()
-	if _, ok := t.nodes[n.Name]; ok {
+	if e, ok := t.nodes[n.Name]; ok {
+		if sameNode(e.info, n) {
+			// The caller's own record (a retry after a lost answer):
+			// refresh it.
+			e.ttl = ttl
+			e.expires = time.Time{}
+			if ttl > 0 {
+				e.expires = t.now().Add(ttl)
+			}
+			return nil
+		}
 		// Live (expireLocked ran): a node restarting under its name waits
 		// for its old lease to run out.
 		return fmt.Errorf("%w: node %q", ErrExists, n.Name)
@@ -167,9 +200,16 @@ func (t *memTable) PutSegment(_ context.Context, s SegmentDesc) error {
 		return fmt.Errorf("%w: %q (segment %q)", ErrNoNode, s.Node, s.Name)
 	}
 	if old, ok := t.segs[s.Name]; ok {
+		if sameSegment(old, s) {
+			return nil // the caller's own record (a retry after a lost answer)
+		}
 		return fmt.Errorf("%w: segment %q (on node %q)", ErrExists, s.Name, old.Node)
 	}
+	if t.count[s.Node] >= MaxSegmentsPerNode {
+		return fmt.Errorf("%w: node %q holds %d segments", ErrTableFull, s.Node, MaxSegmentsPerNode)
+	}
 	t.segs[s.Name] = s
+	t.count[s.Node]++
 	return nil
 }
 
@@ -177,7 +217,7 @@ func (t *memTable) DeleteSegment(_ context.Context, node, name string) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if d, ok := t.segs[name]; ok && d.Node == node {
-		delete(t.segs, name)
+		t.deleteSegLocked(name, d)
 	}
 	return nil
 }

@@ -2,8 +2,10 @@ package transfer
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"sync/atomic"
 	"testing"
@@ -82,6 +84,14 @@ func TestLeaseExpiry(t *testing.T) {
 	}
 }
 
+// Frame types of transfer/internal/rpc's handshake, as on the wire.
+const (
+	fHello   = 1
+	fOK      = 4
+	fRequest = 6
+	fAnswer  = 7
+)
+
 // TestMetadataService: garbage, a wrong magic and a client without the
 // secret are refused; the service keeps serving; an insecure node cannot
 // join a table with a secret.
@@ -91,8 +101,8 @@ func TestMetadataService(t *testing.T) {
 	addr := nodes[0].Addr()
 	for _, hello := range [][]byte{
 		[]byte("GET / HTTP/1.1\r\n\r\n"),
-		frame.AppendFrame(nil, fHello, append(append(frame.AppendUint32(nil, 0x12345678), metaVersion, 1), make([]byte, 32)...)),
-		frame.AppendFrame(nil, fHello, append(append(frame.AppendUint32(nil, metaMagic), metaVersion, 0), make([]byte, 32)...)),
+		frame.AppendFrame(nil, fHello, append(append(frame.AppendUint32(nil, 0x12345678), metaProto.Version, 1), make([]byte, 32)...)),
+		frame.AppendFrame(nil, fHello, append(append(frame.AppendUint32(nil, metaProto.Magic), metaProto.Version, 0), make([]byte, 32)...)),
 		frame.AppendFrame(nil, fRequest, []byte{opGetSeg, 1, 'x'}),
 	} {
 		c, err := net.Dial("tcp", addr)
@@ -101,7 +111,7 @@ func TestMetadataService(t *testing.T) {
 		}
 		c.Write(hello)
 		c.SetReadDeadline(time.Now().Add(5 * time.Second))
-		r := frame.NewReader(bufio.NewReader(c), metaLimit)
+		r := frame.NewReader(bufio.NewReader(c), 1<<20)
 		for {
 			typ, _, err := r.Next()
 			if err != nil {
@@ -210,5 +220,132 @@ func TestDuplicateNodeName(t *testing.T) {
 	// The refused node did not disturb the holder.
 	if _, err := nodes[1].AllocSegment(ctx, "still", 4096); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestMultiRail: with Rails 2 and both shm0 and tcp0, a large request's
+// slices go over both devices, and the bytes arrive whole.
+func TestMultiRail(t *testing.T) {
+	ctx := context.Background()
+	var nodes []*Node
+	for i := 0; i < 2; i++ {
+		c := Config{Name: fmt.Sprintf("rail%d", i), Devices: []string{"shm0", "tcp0"}, Secret: secret, ArenaSize: 1 << 30,
+			Rails: 2, SliceSize: 256 << 10}
+		if i > 0 {
+			c.MetadataAddr = nodes[0].Addr()
+		}
+		n, err := New(ctx, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer n.Close()
+		nodes = append(nodes, n)
+	}
+	seg, err := nodes[0].AllocSegment(ctx, "big", 16<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fill(seg.Bytes(), 4)
+	buf, _ := nodes[1].AllocMR(16 << 20)
+	b, err := nodes[1].Submit(ctx, []Request{{Local: buf, Segment: "big", Length: 16 << 20}})
+	if err == nil {
+		err = b.Wait(ctx)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(buf.Bytes(), seg.Bytes()) {
+		t.Fatal("data differs")
+	}
+	for _, d := range nodes[1].devs {
+		if d.posted.Load() == 0 {
+			t.Fatalf("no slice over %s", d.name)
+		}
+	}
+	// Default Rails: the same-host device alone for a node of this host.
+	nodes[1].cfg.Rails = 0
+	before := nodes[1].devs[1].posted.Load()
+	b, _ = nodes[1].Submit(ctx, []Request{{Local: buf, Segment: "big", Length: 16 << 20}})
+	if err := b.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if nodes[1].devs[1].posted.Load() != before {
+		t.Fatal("tcp0 used for a same-host peer by default")
+	}
+}
+
+// TestSubmitAsync: SubmitAsync returns before posting (requests Waiting
+// or Pending), refuses bad requests at once, and the batch completes.
+func TestSubmitAsync(t *testing.T) {
+	ctx := context.Background()
+	for _, dev := range []string{"shm0", "tcp0"} {
+		nodes := cluster(t, dev, 2)
+		seg, _ := nodes[0].AllocSegment(ctx, "a-"+dev, 8<<20)
+		fill(seg.Bytes(), 6)
+		buf, _ := nodes[1].AllocMR(8 << 20)
+		if _, err := nodes[1].SubmitAsync(ctx, []Request{{Local: buf, Segment: "a-" + dev, Offset: 1, Length: 8 << 20}}); !errors.Is(err, ErrBounds) {
+			t.Fatalf("bounds: %v", err)
+		}
+		var reqs []Request
+		for i := 0; i < 128; i++ {
+			reqs = append(reqs, Request{Local: buf, LocalOffset: i << 16, Segment: "a-" + dev, Offset: uint64(i) << 16, Length: 1 << 16})
+		}
+		b, err := nodes[1].SubmitAsync(ctx, reqs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s, _ := b.Status(127); s.Final() && s != Completed {
+			t.Fatalf("status %v", s)
+		}
+		if err := b.Wait(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(buf.Bytes(), seg.Bytes()) {
+			t.Fatal("data differs")
+		}
+	}
+}
+
+// TestMetaRetries: a PutNode or PutSegment repeated after a lost answer
+// succeeds for the caller's own record; another's is refused; a node's
+// segments are capped.
+func TestMetaRetries(t *testing.T) {
+	ctx := context.Background()
+	tab := newMemTable()
+	n := NodeInfo{Name: "a", Host: "h", Endpoints: []Endpoint{{"tcp0", "x:1"}}}
+	if err := tab.PutNode(ctx, n, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := tab.PutNode(ctx, n, time.Minute); err != nil {
+		t.Fatalf("retry of own node: %v", err)
+	}
+	other := n
+	other.Host = "h2"
+	if err := tab.PutNode(ctx, other, time.Minute); !errors.Is(err, ErrExists) {
+		t.Fatalf("another node of that name: %v", err)
+	}
+	s := SegmentDesc{Name: "s", Node: "a", Size: 10, Regions: []Region{{"tcp0", 1, 2}}}
+	if err := tab.PutSegment(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	if err := tab.PutSegment(ctx, s); err != nil {
+		t.Fatalf("retry of own segment: %v", err)
+	}
+	s2 := s
+	s2.Size = 11
+	if err := tab.PutSegment(ctx, s2); !errors.Is(err, ErrExists) {
+		t.Fatalf("another segment of that name: %v", err)
+	}
+	for i := 1; i < MaxSegmentsPerNode; i++ {
+		if err := tab.PutSegment(ctx, SegmentDesc{Name: fmt.Sprint("s", i), Node: "a"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tab.PutSegment(ctx, SegmentDesc{Name: "one-too-many", Node: "a"}); !errors.Is(err, ErrTableFull) {
+		t.Fatalf("cap: %v", err)
+	}
+	tab.DeleteSegment(ctx, "a", "s")
+	if err := tab.PutSegment(ctx, SegmentDesc{Name: "one-too-many", Node: "a"}); err != nil {
+		t.Fatalf("after a delete: %v", err)
 	}
 }

@@ -24,27 +24,31 @@ import (
 
 // Defaults of Config's zero fields.
 const (
-	DefaultQPsPerPeer  = 4
-	DefaultSliceSize   = 1 << 20
-	DefaultQueueDepth  = 32
-	DefaultLeaseTTL    = 10 * time.Second
-	DefaultPeerTimeout = 5 * time.Second
-	DefaultIdleTimeout = time.Minute
+	DefaultQPsPerPeer = 4
+	DefaultSliceSize  = 1 << 20
+	// DefaultSameHostSliceSize is the same-host device's default slice.
+	DefaultSameHostSliceSize = 16 << 20
+	DefaultQueueDepth        = 32
+	DefaultLeaseTTL          = 10 * time.Second
+	DefaultPeerTimeout       = 5 * time.Second
+	DefaultIdleTimeout       = time.Minute
 )
 
 // Config configures a node. Every zero field takes the default documented
 // on it.
 type Config struct {
 	// Name names the node in the metadata table (default host name and
-	// process id).
+	// process id, and a count for the second node of a process on).
 	Name string
 	// ListenAddr is the address of the node's services: the embedded
 	// metadata service listens on it when MetadataAddr is empty, and the
 	// devices' cm listeners on its host with ports chosen by the system
 	// (default "127.0.0.1:0").
 	ListenAddr string
-	// MetadataAddr is the address of another node's metadata service;
-	// empty: this node serves the embedded table on ListenAddr.
+	// MetadataAddr is the address of another node's metadata service, or
+	// an etcd cluster ("etcd://host:2379,host:2379[/prefix]", keys under
+	// DefaultEtcdPrefix without a prefix); empty: this node serves the
+	// embedded table on ListenAddr.
 	MetadataAddr string
 	// Metadata, if set, replaces both: the node publishes to it (an etcd
 	// implementation, a shared table in tests). The node does not close it.
@@ -67,8 +71,17 @@ type Config struct {
 	// a device (default DefaultQPsPerPeer); slices spread over them.
 	QPsPerPeer int
 	// SliceSize is the largest piece of a request one work request moves
-	// (default DefaultSliceSize, 1 MiB).
+	// (default DefaultSliceSize, 1 MiB, over network devices, and
+	// DefaultSameHostSliceSize, 16 MiB, over the same-host device, whose
+	// copies run on the poster's thread: larger copies go faster there
+	// and more QPs add no parallelism).
 	SliceSize int
+	// Rails is the most devices one request's slices spread over
+	// (multi-rail). 0: every network device both nodes have for a node on
+	// another host, the same-host device alone for one on this host; n:
+	// up to n devices, the preferred first (for a node on this host the
+	// same-host device, then network devices).
+	Rails int
 	// QueueDepth is the number of slices in flight per QP (default
 	// DefaultQueueDepth).
 	QueueDepth int
@@ -88,19 +101,22 @@ type Config struct {
 	ArenaSize int64
 }
 
+// nodeSeq counts the nodes of this process given a default name.
+var nodeSeq atomic.Int32
+
 func (c Config) withDefaults() Config {
 	if c.Name == "" {
 		h, _ := os.Hostname()
 		c.Name = fmt.Sprintf("%s-%d", h, os.Getpid())
+		if k := nodeSeq.Add(1); k > 1 {
+			c.Name += fmt.Sprintf("-%d", k) // another node of this process
+		}
 	}
 	if c.ListenAddr == "" {
 		c.ListenAddr = "127.0.0.1:0"
 	}
 	if c.QPsPerPeer <= 0 {
 		c.QPsPerPeer = DefaultQPsPerPeer
-	}
-	if c.SliceSize <= 0 {
-		c.SliceSize = DefaultSliceSize
 	}
 	if c.QueueDepth <= 0 {
 		c.QueueDepth = DefaultQueueDepth
@@ -125,6 +141,7 @@ type device struct {
 	ctx      *verbs.Context
 	pd       *verbs.PD
 	ln       *cm.Listener
+	posted   atomic.Int64 // slices posted over it (tests)
 }
 
 // Node is a transfer engine node. All methods are safe for concurrent use.
@@ -141,9 +158,10 @@ type Node struct {
 	// anything else can see the node).
 	registered bool
 
-	ctx    context.Context // ends at Close
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	ctx       context.Context // ends at Close
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+	leaseOnce sync.Once // starts the lease watcher (lease_linux.go)
 
 	// mu guards everything below.
 	mu       sync.Mutex
@@ -243,7 +261,9 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 			continue
 		}
 		if d.pd, err = d.ctx.AllocPD(); err == nil {
-			d.ln, err = cm.Listen(n.ctx, net.JoinHostPort(host, "0"), cm.ListenOptions{Options: n.cmOptions(d)})
+			d.ln, err = cm.Listen(n.ctx, net.JoinHostPort(host, "0"), cm.ListenOptions{Options: n.cmOptions(d),
+				// Every node of this host dials from the same address.
+				MaxHandshakes: 256, MaxHandshakesPerSource: 128, Backlog: 1024})
 		}
 		if err != nil {
 			if d.pd != nil {
@@ -275,6 +295,11 @@ func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 			return nil, err
 		}
 		n.meta, n.ownMeta, ttl = t, true, 0 // the table's own node does not expire
+	case IsEtcdURL(cfg.MetadataAddr):
+		if n.meta, err = OpenEtcd(cfg.MetadataAddr); err != nil {
+			return nil, err
+		}
+		n.ownMeta = true
 	default:
 		n.meta, n.ownMeta = newMetaClient(cfg.MetadataAddr, cfg.Secret), true
 	}
@@ -300,6 +325,17 @@ func (n *Node) cmOptions(d *device) cm.Options {
 		SignalAll:   true,
 		PeerTimeout: n.cfg.PeerTimeout,
 	}
+}
+
+// sliceSize returns the slice size over device d.
+func (n *Node) sliceSize(d *device) int {
+	switch {
+	case n.cfg.SliceSize > 0:
+		return n.cfg.SliceSize
+	case d.sameHost:
+		return DefaultSameHostSliceSize
+	}
+	return DefaultSliceSize
 }
 
 // Name returns the node's name.

@@ -49,6 +49,7 @@ type fileBacking struct {
 	mapped   []byte // the file mapped shared (nil: copied into mr)
 	f        *os.File
 	copyBack []byte // the copy to write back (read-write, copied)
+	leased   bool   // a lease guards the mapping (lease_linux.go)
 }
 
 func (s *segment) release() {
@@ -61,6 +62,9 @@ func (s *segment) release() {
 		}
 		if fb.mapped != nil {
 			unmapFile(fb.mapped)
+		}
+		if fb.leased {
+			unleaseFile(fb.f) // lets a truncating open proceed
 		}
 		fb.f.Close()
 	}
@@ -190,14 +194,37 @@ func (n *Node) RegisterFileSegment(ctx context.Context, name, path string, readO
 	if !readOnly {
 		acc |= verbs.AccessLocalWrite | verbs.AccessRemoteWrite
 	}
+	// A mapping is served only under a lease (where leases exist): a
+	// file shrunk under it would raise SIGBUS in the serving goroutine.
+	mapOK := canMap
+	for _, d := range n.devs {
+		if !mapOK || !d.canReg {
+			continue
+		}
+		if canLease {
+			if err := leaseFile(f, !readOnly); err != nil {
+				if !readOnly {
+					return fmt.Errorf("transfer: file segment %s: cannot lease the file against truncation (open elsewhere?): %w", path, err)
+				}
+				mapOK = false // a read-only file is served as a copy
+				break
+			}
+			s.file.leased = true
+			if st, err := f.Stat(); err != nil || st.Size() < int64(size) {
+				return fmt.Errorf("transfer: file segment %s: shrank while being registered", path)
+			}
+			n.watchLeases()
+		}
+		break
+	}
 	mapAny := false
 	for _, d := range n.devs {
-		mapAny = mapAny || (d.canReg && canMap)
+		mapAny = mapAny || (d.canReg && mapOK)
 	}
 	for _, d := range n.devs {
 		var x *verbs.MR
 		switch {
-		case d.canReg && canMap:
+		case d.canReg && mapOK:
 			if s.file.mapped == nil {
 				m, err := mapFile(f, size, !readOnly)
 				if err != nil {

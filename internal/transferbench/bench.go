@@ -11,8 +11,6 @@ package transferbench
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -52,6 +50,8 @@ type config struct {
 	threads   int
 	duration  time.Duration
 	bufSize   int
+	sliceSize int
+	qps       int
 	secret    []byte
 	insecure  bool
 }
@@ -88,6 +88,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&c.batchSize, "batch-size", 128, "requests per batch")
 	fs.IntVar(&c.threads, "threads", 4, "concurrent submitting threads")
 	fs.DurationVar(&c.duration, "duration", 5*time.Second, "how long to run")
+	fs.IntVar(&c.sliceSize, "slice-size", 0, "bytes per work request (default the engine's, 1 MiB)")
+	fs.IntVar(&c.qps, "qps", 0, "QPs per peer and device (default the engine's, 4)")
 	fs.IntVar(&c.bufSize, "buffer-size", 0, "the target segment's size (default: threads × batch-size × block-size, at least 1 MiB)")
 	secretFile := fs.String("secret-file", "", "file holding the shared secret (raw bytes)")
 	fs.BoolVar(&c.insecure, "insecure", false, "run without a secret (trusted networks only)")
@@ -110,30 +112,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if c.bufSize == 0 {
 		c.bufSize = max(c.threads*c.batchSize*c.blockSize, 1<<20)
 	}
-	switch {
-	case *secretFile != "":
-		b, err := os.ReadFile(*secretFile)
-		if err != nil {
-			fmt.Fprintln(stderr, "transfer:", err)
-			return cli.ExitUsage
-		}
-		c.secret = b
-	case os.Getenv(EnvSecret) != "":
-		b, err := hex.DecodeString(os.Getenv(EnvSecret))
-		if err != nil {
-			fmt.Fprintf(stderr, "transfer: $%s: %v\n", EnvSecret, err)
-			return cli.ExitUsage
-		}
-		c.secret = b
-	case c.insecure:
-	case c.mode == "bench" && c.metadata == "":
-		// Both ends are ours: a fresh secret.
-		c.secret = make([]byte, 32)
-		rand.Read(c.secret)
-	default:
-		fmt.Fprintf(stderr, "transfer: no secret: set $%s or --secret-file, or --insecure\n", EnvSecret)
-		return cli.ExitUsage
+	secret, code := readSecret(EnvSecret, *secretFile, c.insecure, c.mode == "bench" && c.metadata == "", stderr)
+	if code != 0 {
+		return code
 	}
+	c.secret = secret
 	sig := cli.NotifySignals(context.Background())
 	defer sig.Stop()
 	var err error
@@ -157,7 +140,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 }
 
 func nodeConfig(c config, name string) transfer.Config {
-	cfg := transfer.Config{Name: name, ListenAddr: c.listen, Secret: c.secret, Insecure: c.insecure}
+	cfg := transfer.Config{Name: name, ListenAddr: c.listen, Secret: c.secret, Insecure: c.insecure, SliceSize: c.sliceSize, QPsPerPeer: c.qps}
 	if c.device != "" {
 		cfg.Devices = []string{c.device}
 	}

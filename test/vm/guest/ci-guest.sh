@@ -102,6 +102,12 @@ if [[ -z ${CI_RUN:-} && -x ./rdmakit && -f "$HERE/kube.sh" ]]; then
   echo "# kube, doctor, exporter done at $(elapsed)"
 fi
 
+if [[ -z ${CI_RUN:-} && -x ./rdmakit && -f "$HERE/transfer.sh" ]]; then
+  # shellcheck source=transfer.sh
+  . "$HERE/transfer.sh"
+  echo "# transfer done at $(elapsed)"
+fi
+
 echo "# total $(elapsed)"
 echo "$PASS passed, $FAIL failed, $SKIP skipped"
 ((FAIL == 0))

@@ -1,0 +1,80 @@
+package kv
+
+// The master's space allocator: first fit over a sorted list of free
+// extents, coalescing on free. No goroutines; the master's lock guards it.
+
+import "sort"
+
+// allocAlign aligns every allocation (a cache line).
+const allocAlign = 64
+
+type extent struct{ off, len uint64 }
+
+// allocator hands out ranges of one holder's pool.
+type allocator struct {
+	size uint64
+	free []extent // sorted by off, never adjacent
+	used uint64
+}
+
+func newAllocator(size uint64) *allocator {
+	size &^= allocAlign - 1
+	a := &allocator{size: size}
+	if size > 0 {
+		a.free = []extent{{0, size}}
+	}
+	return a
+}
+
+func roundUp(n uint64) uint64 { return (n + allocAlign - 1) &^ (allocAlign - 1) }
+
+// alloc returns the offset of n bytes (n > 0), or false.
+func (a *allocator) alloc(n uint64) (uint64, bool) {
+	n = roundUp(n)
+	for i, e := range a.free {
+		if e.len < n {
+			continue
+		}
+		off := e.off
+		if e.len == n {
+			a.free = append(a.free[:i], a.free[i+1:]...)
+		} else {
+			a.free[i] = extent{e.off + n, e.len - n}
+		}
+		a.used += n
+		return off, true
+	}
+	return 0, false
+}
+
+// release gives back n bytes at off (as allocated).
+func (a *allocator) release(off, n uint64) {
+	n = roundUp(n)
+	a.used -= n
+	i := sort.Search(len(a.free), func(i int) bool { return a.free[i].off > off })
+	// Merge with the previous and next extents where adjacent.
+	prev := i > 0 && a.free[i-1].off+a.free[i-1].len == off
+	next := i < len(a.free) && off+n == a.free[i].off
+	switch {
+	case prev && next:
+		a.free[i-1].len += n + a.free[i].len
+		a.free = append(a.free[:i], a.free[i+1:]...)
+	case prev:
+		a.free[i-1].len += n
+	case next:
+		a.free[i] = extent{off, n + a.free[i].len}
+	default:
+		a.free = append(a.free, extent{})
+		copy(a.free[i+1:], a.free[i:])
+		a.free[i] = extent{off, n}
+	}
+}
+
+// largest returns the largest free extent's length.
+func (a *allocator) largest() uint64 {
+	var m uint64
+	for _, e := range a.free {
+		m = max(m, e.len)
+	}
+	return m
+}

@@ -1,0 +1,480 @@
+package kv
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/rdmakit/rdmakit/internal/reexec"
+	"github.com/rdmakit/rdmakit/transfer"
+	_ "github.com/rdmakit/rdmakit/transport/shm"
+	_ "github.com/rdmakit/rdmakit/transport/tcp"
+)
+
+var secret = []byte("0123456789abcdef0123456789abcdef")
+
+func TestMain(m *testing.M) {
+	reexec.Init()
+	code := m.Run()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goroutine leak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+func tcfg(dev string) transfer.Config {
+	return transfer.Config{Secret: secret, Devices: []string{dev}, LeaseTTL: time.Second, PeerTimeout: time.Second}
+}
+
+// cluster starts a master with capacity and k-1 more store nodes, all in
+// this process.
+func cluster(t *testing.T, dev string, k int, capacity int64, mod func(*Config)) []*Store {
+	t.Helper()
+	ctx := context.Background()
+	var ss []*Store
+	for i := 0; i < k; i++ {
+		c := Config{Capacity: capacity, Transfer: tcfg(dev)}
+		c.Transfer.Name = fmt.Sprintf("n%d", i)
+		if i > 0 {
+			c.Addr = ss[0].Addr()
+		}
+		if mod != nil {
+			mod(&c)
+		}
+		s, err := Open(ctx, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ss = append(ss, s)
+	}
+	t.Cleanup(func() {
+		for i := len(ss) - 1; i >= 0; i-- {
+			ss[i].Close()
+		}
+	})
+	return ss
+}
+
+func client(t *testing.T, dev, addr string) *Store {
+	t.Helper()
+	c := Config{Addr: addr, Transfer: tcfg(dev)}
+	s, err := Open(context.Background(), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// value returns a self-checking value: 8 bytes of stamp, then bytes that
+// depend on the stamp and their offset.
+func value(stamp uint64, n int) []byte {
+	b := make([]byte, n)
+	fillValue(b, stamp)
+	return b
+}
+
+func fillValue(b []byte, stamp uint64) {
+	if len(b) >= 8 {
+		binary.LittleEndian.PutUint64(b, stamp)
+	}
+	for i := 8; i < len(b); i++ {
+		b[i] = byte(stamp*31 + uint64(i)*7 + uint64(i>>8))
+	}
+}
+
+// checkValue reports whether b is whole: every byte agrees with its stamp.
+func checkValue(b []byte) bool {
+	if len(b) < 8 {
+		return true
+	}
+	stamp := binary.LittleEndian.Uint64(b)
+	for i := 8; i < len(b); i++ {
+		if b[i] != byte(stamp*31+uint64(i)*7+uint64(i>>8)) {
+			return false
+		}
+	}
+	return true
+}
+
+func TestPutGetBasics(t *testing.T) {
+	for _, dev := range []string{"shm0", "tcp0"} {
+		t.Run(dev, func(t *testing.T) {
+			ctx := context.Background()
+			ss := cluster(t, dev, 3, 16<<20, nil)
+			c := client(t, dev, ss[0].Addr())
+			for i, size := range []int{0, 1, 100, 4096, 1 << 20, 3<<20 + 5} {
+				key := []byte(fmt.Sprintf("key-%d", i))
+				v := value(uint64(i), size)
+				if err := c.Put(ctx, key, v); err != nil {
+					t.Fatalf("put %d: %v", size, err)
+				}
+				// Read from another store node than the writer.
+				got, err := ss[i%3].Get(ctx, key)
+				if err != nil || !bytes.Equal(got, v) {
+					t.Fatalf("get %d: %v (%d bytes)", size, err, len(got))
+				}
+				if ok, err := c.Exists(ctx, key); !ok || err != nil {
+					t.Fatalf("exists: %v %v", ok, err)
+				}
+			}
+			// Overwrite, zero-copy read into registered memory.
+			mr, err := c.AllocMR(4 << 20)
+			if err != nil {
+				t.Fatal(err)
+			}
+			v := value(99, 2<<20)
+			if err := c.Put(ctx, []byte("key-1"), v); err != nil {
+				t.Fatal(err)
+			}
+			n, err := c.GetMR(ctx, []byte("key-1"), Buf{MR: mr, Offset: 4096, Len: 3 << 20})
+			if err != nil || n != len(v) || !bytes.Equal(mr.Bytes()[4096:4096+n], v) {
+				t.Fatalf("GetMR: %d %v", n, err)
+			}
+			if _, err := c.GetMR(ctx, []byte("key-1"), Buf{MR: mr, Len: 1 << 20}); !errors.Is(err, ErrBuffer) {
+				t.Fatalf("small destination: %v", err)
+			}
+			// Zero-copy put.
+			fillValue(mr.Bytes()[:1<<20], 7)
+			if err := c.PutMR(ctx, []byte("zc"), Buf{MR: mr, Len: 1 << 20}); err != nil {
+				t.Fatal(err)
+			}
+			if got, err := ss[1].Get(ctx, []byte("zc")); err != nil || !checkValue(got) || len(got) != 1<<20 {
+				t.Fatalf("zc: %v", err)
+			}
+			// Remove, not found.
+			if err := c.Remove(ctx, []byte("key-1")); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c.Get(ctx, []byte("key-1")); !errors.Is(err, ErrNotFound) {
+				t.Fatalf("get removed: %v", err)
+			}
+			if err := c.Remove(ctx, []byte("key-1")); !errors.Is(err, ErrNotFound) {
+				t.Fatalf("remove removed: %v", err)
+			}
+			if ok, err := c.Exists(ctx, []byte("nope")); ok || err != nil {
+				t.Fatalf("exists nope: %v %v", ok, err)
+			}
+			keys, err := c.List(ctx, []byte("key-"), 100)
+			if err != nil || len(keys) != 5 {
+				t.Fatalf("list: %v %v", keys, err)
+			}
+			// Batches.
+			var ks, vs [][]byte
+			for i := 0; i < 20; i++ {
+				ks = append(ks, []byte(fmt.Sprintf("b%02d", i)))
+				vs = append(vs, value(uint64(i+1000), 1000*i+1))
+			}
+			if err := c.PutBatch(ctx, ks, vs); err != nil {
+				t.Fatal(err)
+			}
+			got, err := ss[2].GetBatch(ctx, append(ks, []byte("missing")))
+			var ke *KeyError
+			if !errors.As(err, &ke) || ke.Index != 20 || !errors.Is(err, ErrNotFound) {
+				t.Fatalf("batch get: %v", err)
+			}
+			for i := range ks {
+				if !bytes.Equal(got[i], vs[i]) {
+					t.Fatalf("batch value %d", i)
+				}
+			}
+			ex, err := c.ExistsBatch(ctx, [][]byte{ks[0], []byte("missing")})
+			if err != nil || !ex[0] || ex[1] {
+				t.Fatalf("exists batch %v %v", ex, err)
+			}
+			if err := c.RemoveBatch(ctx, ks); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	ctx := context.Background()
+	ss := cluster(t, "tcp0", 1, 1<<20, func(c *Config) { c.MaxKeyLen = 16; c.MaxValueLen = 512 << 10 })
+	s := ss[0]
+	if err := s.Put(ctx, nil, []byte("x")); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("empty key: %v", err)
+	}
+	if err := s.Put(ctx, bytes.Repeat([]byte("k"), 17), []byte("x")); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("long key: %v", err)
+	}
+	if err := s.Put(ctx, []byte("k"), make([]byte, 512<<10+1)); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("large value: %v", err)
+	}
+	if _, err := s.Get(ctx, []byte("k")); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("unknown: %v", err)
+	}
+	if _, err := s.Get(ctx, bytes.Repeat([]byte("k"), 17)); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("long key get: %v", err)
+	}
+	if _, err := s.ExistsBatch(ctx, make([][]byte, MaxBatch+1)); err == nil {
+		t.Fatal("oversized batch accepted")
+	}
+	// Replicas more than store nodes.
+	c, err := Open(ctx, Config{Addr: s.Addr(), Replicas: 2, Transfer: tcfg("tcp0")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.Put(ctx, []byte("k"), []byte("v")); !errors.Is(err, ErrNoNodes) {
+		t.Fatalf("2 replicas on 1 node: %v", err)
+	}
+	// A client without the secret is refused.
+	if _, err := Open(ctx, Config{Addr: s.Addr(), Transfer: transfer.Config{Devices: []string{"tcp0"}, Insecure: true}}); err == nil {
+		t.Fatal("insecure client accepted")
+	}
+}
+
+// TestEviction: values beyond capacity evict the least recently used;
+// the recently read survive; the store keeps serving.
+func TestEviction(t *testing.T) {
+	ctx := context.Background()
+	ss := cluster(t, "shm0", 2, 1<<20, nil)
+	c := ss[1]
+	const size = 100 << 10 // 10 fit per node, 20 in all
+	for i := 0; i < 60; i++ {
+		if err := c.Put(ctx, []byte(fmt.Sprint(i)), value(uint64(i), size)); err != nil {
+			t.Fatalf("put %d: %v", i, err)
+		}
+		if i >= 1 {
+			// Keep key 0 hot.
+			if _, err := c.Get(ctx, []byte("0")); err != nil {
+				t.Fatalf("hot key evicted at %d: %v", i, err)
+			}
+		}
+	}
+	st, err := c.Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Evictions < 30 || st.Keys > 20 || len(st.Nodes) != 2 {
+		t.Fatalf("stats %+v", st)
+	}
+	for _, n := range st.Nodes {
+		if n.Used > n.Capacity {
+			t.Fatalf("node over capacity: %+v", n)
+		}
+	}
+	if got, err := c.Get(ctx, []byte("59")); err != nil || !checkValue(got) {
+		t.Fatalf("newest: %v", err)
+	}
+	if _, err := c.Get(ctx, []byte("1")); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("oldest: %v", err)
+	}
+}
+
+// TestFullWhileRead: the master refuses a put that only evicting a value
+// being read would fit (ErrFull), and frees the old version once the
+// reader lets go.
+func TestFullWhileRead(t *testing.T) {
+	m := newMaster(time.Minute, time.Minute)
+	now := time.Now()
+	m.join(now, "h", "seg", 1<<20, 0)
+	e, err := m.putStart(now, "a", 1<<20, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.putEnd(e.ver, true); err != nil {
+		t.Fatal(err)
+	}
+	_, lease, err := m.get(now, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.putStart(now, "b", 1<<20, 1); !errors.Is(err, ErrFull) {
+		t.Fatalf("put over a leased value: %v", err)
+	}
+	// A new version of a: no room either, the old one is being read.
+	if _, err := m.putStart(now, "a", 512<<10, 1); !errors.Is(err, ErrFull) {
+		t.Fatalf("new version: %v", err)
+	}
+	// Remove while read: gone from the table, space held until release.
+	if err := m.remove("a"); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := m.get(now, "a"); !errors.Is(err, ErrNotFound) {
+		t.Fatal(err)
+	}
+	if m.holders["h"].alloc.used == 0 {
+		t.Fatal("space of a value being read freed")
+	}
+	m.releaseLocked(lease)
+	if m.holders["h"].alloc.used != 0 {
+		t.Fatal("space not freed after the last reader")
+	}
+	// An expired lease frees too.
+	e, _ = m.putStart(now, "c", 1<<20, 1)
+	m.putEnd(e.ver, true)
+	m.get(now, "c")
+	m.remove("c")
+	m.sweep(now.Add(2 * time.Minute))
+	if m.holders["h"].alloc.used != 0 {
+		t.Fatal("expired lease kept the space")
+	}
+	// An abandoned put is taken back after PutTTL.
+	if _, err := m.putStart(now, "d", 1000, 1); err != nil {
+		t.Fatal(err)
+	}
+	m.lastSweep = time.Time{}
+	m.sweep(now.Add(2 * time.Minute))
+	if m.holders["h"].alloc.used != 0 || len(m.pending) != 0 {
+		t.Fatal("abandoned put kept")
+	}
+}
+
+func TestAllocator(t *testing.T) {
+	a := newAllocator(1 << 20)
+	r := rand.New(rand.NewPCG(1, 2))
+	type al struct{ off, n uint64 }
+	var live []al
+	for i := 0; i < 5000; i++ {
+		if len(live) > 0 && r.IntN(2) == 0 {
+			k := r.IntN(len(live))
+			a.release(live[k].off, live[k].n)
+			live = append(live[:k], live[k+1:]...)
+			continue
+		}
+		n := uint64(r.IntN(50000) + 1)
+		off, ok := a.alloc(n)
+		if !ok {
+			continue
+		}
+		for _, x := range live {
+			if off < x.off+roundUp(x.n) && x.off < off+roundUp(n) {
+				t.Fatalf("overlap %v %v", x, al{off, n})
+			}
+		}
+		if off+n > a.size {
+			t.Fatal("beyond the pool")
+		}
+		live = append(live, al{off, n})
+	}
+	for _, x := range live {
+		a.release(x.off, x.n)
+	}
+	if a.used != 0 || len(a.free) != 1 || a.free[0] != (extent{0, 1 << 20}) {
+		t.Fatalf("not coalesced: %v used %d", a.free, a.used)
+	}
+}
+
+// TestConcurrentSameKeys: writers, readers and removers on the same few
+// keys; every value read is whole (one Put's bytes, never a mix).
+func TestConcurrentSameKeys(t *testing.T) {
+	ctx := context.Background()
+	ss := cluster(t, "shm0", 3, 4<<20, nil)
+	clients := []*Store{ss[1], ss[2], client(t, "shm0", ss[0].Addr())}
+	keys := [][]byte{[]byte("k0"), []byte("k1"), []byte("k2")}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var failures []string
+	fail := func(f string, a ...any) {
+		mu.Lock()
+		failures = append(failures, fmt.Sprintf(f, a...))
+		mu.Unlock()
+	}
+	stop := time.Now().Add(2 * time.Second)
+	for w := 0; w < 6; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := clients[w%len(clients)]
+			r := rand.New(rand.NewPCG(uint64(w), 9))
+			for i := 0; time.Now().Before(stop); i++ {
+				k := keys[r.IntN(len(keys))]
+				switch r.IntN(5) {
+				case 0, 1:
+					v := value(uint64(w)<<32|uint64(i), 8+r.IntN(600<<10))
+					if err := c.Put(ctx, k, v); err != nil && !errors.Is(err, ErrFull) {
+						fail("put: %v", err)
+					}
+				case 2:
+					if err := c.Remove(ctx, k); err != nil && !errors.Is(err, ErrNotFound) {
+						fail("remove: %v", err)
+					}
+				default:
+					got, err := c.Get(ctx, k)
+					if err != nil && !errors.Is(err, ErrNotFound) {
+						fail("get: %v", err)
+					} else if err == nil && !checkValue(got) {
+						fail("torn value of %d bytes", len(got))
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if len(failures) > 0 {
+		t.Fatalf("%d failures, first: %v", len(failures), failures[:min(5, len(failures))])
+	}
+}
+
+func TestBlockKeys(t *testing.T) {
+	a := BlockKeys(nil, []uint32{1, 2, 3, 4, 5, 6, 7}, 2)
+	b := BlockKeys(nil, []uint32{1, 2, 3, 4, 9, 9}, 2)
+	if len(a) != 3 || len(b) != 3 {
+		t.Fatal(len(a), len(b))
+	}
+	if !bytes.Equal(a[0], b[0]) || !bytes.Equal(a[1], b[1]) || bytes.Equal(a[2], b[2]) {
+		t.Fatal("prefix sharing wrong")
+	}
+	c := BlockKeys(nil, []uint32{3, 4, 1, 2}, 2)
+	if bytes.Equal(c[1], a[1]) {
+		t.Fatal("order ignored")
+	}
+	// Extending a sequence from its last key gives the same keys.
+	d := BlockKeys(a[1], []uint32{5, 6}, 2)
+	if !bytes.Equal(d[0], a[2]) {
+		t.Fatal("extension differs")
+	}
+}
+
+// TestStoreFull: through the client, a Put that only evicting a value
+// being read would fit fails with ErrFull (the value read is intact), a
+// value larger than any store node with ErrTooLarge; the store keeps
+// serving.
+func TestStoreFull(t *testing.T) {
+	ctx := context.Background()
+	ss := cluster(t, "shm0", 1, 1<<20, nil)
+	c := client(t, "shm0", ss[0].Addr())
+	v := value(1, 900<<10)
+	if err := c.Put(ctx, []byte("big"), v); err != nil {
+		t.Fatal(err)
+	}
+	// A reader holds a lease on "big" (as a Get in progress does).
+	m := ss[0].svc.m
+	m.mu.Lock()
+	_, lease, err := m.get(time.Now(), "big")
+	m.mu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Put(ctx, []byte("other"), value(2, 512<<10)); !errors.Is(err, ErrFull) {
+		t.Fatalf("put over a value being read: %v", err)
+	}
+	if err := c.Put(ctx, []byte("huge"), make([]byte, 2<<20)); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("larger than the store node: %v", err)
+	}
+	if got, err := c.Get(ctx, []byte("big")); err != nil || !bytes.Equal(got, v) {
+		t.Fatalf("value read: %v", err)
+	}
+	m.mu.Lock()
+	m.releaseLocked(lease)
+	m.mu.Unlock()
+	// Now "big" may be evicted for the new value.
+	if err := c.Put(ctx, []byte("other"), value(2, 512<<10)); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,390 @@
+package kv
+
+// The master: which key lives where. It places values on holders (store
+// nodes' pools), keeps versions and read leases, and evicts least
+// recently used values under capacity. It does no I/O: the service
+// (service.go) calls it under its lock, with the time of the call; expired
+// leases, abandoned puts and silent holders are swept on every call.
+
+import (
+	"container/list"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+)
+
+// holder is a store node's pool as the master sees it.
+type holder struct {
+	name    string
+	segment string
+	alloc   *allocator
+	ttl     time.Duration
+	seen    time.Time
+	entries int // replicas placed on it
+}
+
+type replica struct {
+	h   *holder
+	off uint64
+}
+
+// entry is one version of a key's value.
+type entry struct {
+	key     string
+	ver     uint64
+	size    uint64
+	reps    []replica
+	visible bool          // committed and current
+	dead    bool          // replaced or removed while leased: freed when the last lease goes
+	readers int           // read leases held
+	lru     *list.Element // visible entries only
+	expires time.Time     // a put in progress is abandoned after this
+}
+
+type lease struct {
+	e       *entry
+	expires time.Time
+}
+
+// Location is where one replica of a value lives.
+type Location struct {
+	Segment string
+	Offset  uint64
+}
+
+// maxLeases bounds the read leases held at once (clients that never hand
+// theirs back cost at most this until LeaseTTL frees them).
+const maxLeases = 1 << 20
+
+// master is the placement state. mu guards everything.
+type master struct {
+	leaseTTL time.Duration // read leases
+	putTTL   time.Duration // puts in progress
+	maxKeys  int           // entries, visible and in progress
+
+	mu        sync.Mutex
+	holders   map[string]*holder
+	entries   map[string]*entry // key → visible version
+	pending   map[uint64]*entry // version → put in progress
+	leases    map[uint64]*lease
+	lru       *list.List // of *entry, least recently used first
+	next      uint64     // versions and lease ids
+	lastSweep time.Time
+	evictions uint64
+}
+
+func newMaster(leaseTTL, putTTL time.Duration) *master {
+	return &master{
+		leaseTTL: leaseTTL, putTTL: putTTL, maxKeys: 1 << 22,
+		holders: map[string]*holder{}, entries: map[string]*entry{}, pending: map[uint64]*entry{},
+		leases: map[uint64]*lease{}, lru: list.New(),
+	}
+}
+
+// sweep drops expired leases, abandoned puts and silent holders.
+func (m *master) sweep(now time.Time) {
+	if now.Sub(m.lastSweep) < 20*time.Millisecond {
+		return
+	}
+	m.lastSweep = now
+	for id, l := range m.leases {
+		if now.After(l.expires) {
+			m.releaseLocked(id)
+		}
+	}
+	for v, e := range m.pending {
+		if now.After(e.expires) {
+			delete(m.pending, v)
+			m.free(e)
+		}
+	}
+	for name, h := range m.holders {
+		if h.ttl > 0 && now.Sub(h.seen) > h.ttl {
+			m.dropHolder(name)
+		}
+	}
+}
+
+// join registers a holder (again: a holder that re-joins with the same
+// segment keeps its values).
+func (m *master) join(now time.Time, name, segment string, size uint64, ttl time.Duration) error {
+	if h, ok := m.holders[name]; ok {
+		if h.segment == segment && h.alloc.size == size&^(allocAlign-1) {
+			h.seen, h.ttl = now, ttl
+			return nil
+		}
+		m.dropHolder(name)
+	}
+	m.holders[name] = &holder{name: name, segment: segment, alloc: newAllocator(size), ttl: ttl, seen: now}
+	return nil
+}
+
+func (m *master) beat(now time.Time, name string) error {
+	h, ok := m.holders[name]
+	if !ok {
+		return fmt.Errorf("%w: holder %q not joined", ErrNoNodes, name)
+	}
+	h.seen = now
+	return nil
+}
+
+// dropHolder forgets a holder and every replica on it; values left with
+// no replica are gone.
+func (m *master) dropHolder(name string) {
+	h := m.holders[name]
+	if h == nil {
+		return
+	}
+	delete(m.holders, name)
+	drop := func(e *entry) bool {
+		k := 0
+		for _, r := range e.reps {
+			if r.h != h {
+				e.reps[k] = r
+				k++
+			}
+		}
+		e.reps = e.reps[:k]
+		return k == 0 && e.size > 0
+	}
+	for key, e := range m.entries {
+		if drop(e) {
+			m.unlink(e)
+			delete(m.entries, key)
+		}
+	}
+	for v, e := range m.pending {
+		if drop(e) {
+			delete(m.pending, v)
+		}
+	}
+}
+
+// free gives an entry's space back.
+func (m *master) free(e *entry) {
+	for _, r := range e.reps {
+		if m.holders[r.h.name] == r.h {
+			r.h.alloc.release(r.off, e.size)
+			r.h.entries--
+		}
+	}
+	e.reps = nil
+}
+
+func (m *master) unlink(e *entry) {
+	if e.lru != nil {
+		m.lru.Remove(e.lru)
+		e.lru = nil
+	}
+	e.visible = false
+}
+
+// retire takes a visible entry out of the table; its space is freed now,
+// or when its last reader lets go.
+func (m *master) retire(e *entry) {
+	m.unlink(e)
+	delete(m.entries, e.key)
+	if e.readers > 0 {
+		e.dead = true
+		return
+	}
+	m.free(e)
+}
+
+// evictFor retires the least recently used value not being read that
+// has a replica on one of the holders ok accepts; false if there is none.
+func (m *master) evictFor(ok func(*holder) bool) bool {
+	for el := m.lru.Front(); el != nil; el = el.Next() {
+		e := el.Value.(*entry)
+		if e.readers > 0 {
+			continue
+		}
+		for _, r := range e.reps {
+			if ok(r.h) {
+				m.retire(e)
+				m.evictions++
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// putStart places a new version of key: replicas holders (distinct),
+// chosen by free space, evicting where needed.
+func (m *master) putStart(now time.Time, key string, size uint64, replicas int) (*entry, error) {
+	if len(m.entries)+len(m.pending) >= m.maxKeys {
+		return nil, fmt.Errorf("%w: %d keys", ErrFull, m.maxKeys)
+	}
+	if len(m.holders) < replicas {
+		return nil, fmt.Errorf("%w: %d replicas wanted, %d store nodes", ErrNoNodes, replicas, len(m.holders))
+	}
+	m.next++
+	e := &entry{key: key, ver: m.next, size: size, expires: now.Add(m.putTTL)}
+	if size > 0 {
+		hs := make([]*holder, 0, len(m.holders))
+		for _, h := range m.holders {
+			if h.alloc.size >= roundUp(size) {
+				hs = append(hs, h)
+			}
+		}
+		if len(hs) < replicas {
+			return nil, fmt.Errorf("%w: a %d-byte value fits %d store node(s), %d replicas wanted", ErrTooLarge, size, len(hs), replicas)
+		}
+		sort.Slice(hs, func(i, j int) bool {
+			fi, fj := hs[i].alloc.size-hs[i].alloc.used, hs[j].alloc.size-hs[j].alloc.used
+			if fi != fj {
+				return fi > fj
+			}
+			return hs[i].name < hs[j].name
+		})
+		chosen := func(h *holder) bool {
+			for _, r := range e.reps {
+				if r.h == h {
+					return true
+				}
+			}
+			return false
+		}
+		candidate := func(h *holder) bool { return h.alloc.size >= roundUp(size) && !chosen(h) }
+		for len(e.reps) < replicas {
+			placed := false
+			for _, h := range hs {
+				if chosen(h) {
+					continue
+				}
+				if off, ok := h.alloc.alloc(size); ok {
+					e.reps = append(e.reps, replica{h, off})
+					h.entries++
+					placed = true
+					break
+				}
+			}
+			// No room: evict the least recently used value on a holder
+			// that could take this one, and try again.
+			if !placed && !m.evictFor(candidate) {
+				break
+			}
+		}
+		if len(e.reps) < replicas {
+			m.free(e)
+			return nil, fmt.Errorf("%w: no room for %d bytes (values being read or written hold the rest)", ErrFull, size)
+		}
+	}
+	m.pending[e.ver] = e
+	return e, nil
+}
+
+// putEnd commits (the version becomes the key's value, the old one
+// retires) or aborts a put.
+func (m *master) putEnd(ver uint64, commit bool) error {
+	e, ok := m.pending[ver]
+	if !ok {
+		return fmt.Errorf("%w: put %d expired or its store node left", ErrNotFound, ver)
+	}
+	delete(m.pending, ver)
+	if !commit {
+		m.free(e)
+		return nil
+	}
+	if old, ok := m.entries[e.key]; ok {
+		m.retire(old)
+	}
+	e.visible = true
+	e.lru = m.lru.PushBack(e)
+	m.entries[e.key] = e
+	return nil
+}
+
+// get leases the key's value for reading.
+func (m *master) get(now time.Time, key string) (*entry, uint64, error) {
+	e, ok := m.entries[key]
+	if !ok {
+		return nil, 0, ErrNotFound
+	}
+	if len(m.leases) >= maxLeases {
+		return nil, 0, fmt.Errorf("%w: %d reads in progress", ErrFull, maxLeases)
+	}
+	m.lru.MoveToBack(e.lru)
+	m.next++
+	id := m.next
+	e.readers++
+	m.leases[id] = &lease{e: e, expires: now.Add(m.leaseTTL)}
+	return e, id, nil
+}
+
+func (m *master) releaseLocked(id uint64) {
+	l, ok := m.leases[id]
+	if !ok {
+		return
+	}
+	delete(m.leases, id)
+	e := l.e
+	e.readers--
+	if e.dead && e.readers == 0 {
+		m.free(e)
+	}
+}
+
+func (m *master) remove(key string) error {
+	e, ok := m.entries[key]
+	if !ok {
+		return ErrNotFound
+	}
+	m.retire(e)
+	return nil
+}
+
+// KeyInfo is a key and its value's size, as List returns them.
+type KeyInfo struct {
+	Key  []byte
+	Size uint64
+}
+
+func (m *master) list(prefix string, limit int) []KeyInfo {
+	var out []KeyInfo
+	for k, e := range m.entries {
+		if len(k) >= len(prefix) && k[:len(prefix)] == prefix {
+			out = append(out, KeyInfo{Key: []byte(k), Size: e.size})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return string(out[i].Key) < string(out[j].Key) })
+	if len(out) > limit {
+		out = out[:limit]
+	}
+	return out
+}
+
+// NodeStats is one store node's share, as Stats returns it.
+type NodeStats struct {
+	Name     string
+	Capacity uint64
+	Used     uint64
+	Values   int
+}
+
+// Stats describes the store.
+type Stats struct {
+	Keys      int
+	Leases    int
+	Evictions uint64
+	Nodes     []NodeStats
+}
+
+func (m *master) stats() Stats {
+	s := Stats{Keys: len(m.entries), Leases: len(m.leases), Evictions: m.evictions}
+	for _, h := range m.holders {
+		s.Nodes = append(s.Nodes, NodeStats{Name: h.name, Capacity: h.alloc.size, Used: h.alloc.used, Values: h.entries})
+	}
+	sort.Slice(s.Nodes, func(i, j int) bool { return s.Nodes[i].Name < s.Nodes[j].Name })
+	return s
+}
+
+func (e *entry) locations() []Location {
+	l := make([]Location, len(e.reps))
+	for i, r := range e.reps {
+		l[i] = Location{Segment: r.h.segment, Offset: r.off}
+	}
+	return l
+}

@@ -1,0 +1,319 @@
+package kv
+
+// The master's service (over transfer/internal/rpc: secret handshake,
+// every message tagged) and its wire format. The handler runs on the rpc
+// connection goroutines, one request at a time per connection, each under
+// the master's lock.
+//
+// Request: {op u8, released u16, lease ids u64..., fields}: a client
+// hands back the read leases it is done with on its next request (or a
+// release request). Answer: {code u8, message str16, fields}. Batch
+// operations answer per key {code u8, message str16 if code != 0, fields}.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/rdmakit/rdmakit/internal/frame"
+	"github.com/rdmakit/rdmakit/transfer/internal/rpc"
+)
+
+const (
+	// MaxBatch is the most keys one batch call carries.
+	MaxBatch = 1024
+	// MaxKeyLen is the hard limit on a key's length (Config.MaxKeyLen
+	// may lower it).
+	MaxKeyLen = 4096
+	// maxReleases is the most lease ids one request hands back.
+	maxReleases = 4096
+)
+
+var kvProto = rpc.Proto{Magic: 0x524b4b56 /* "RKKV" */, Version: 1, Label: "rdmakit kv v1",
+	Limit: MaxBatch*(MaxKeyLen+64) + maxReleases*8 + 1024}
+
+const (
+	opInfo    = 1
+	opJoin    = 2
+	opBeat    = 3
+	opLeave   = 4
+	opPut     = 5
+	opPutEnd  = 6
+	opGet     = 7
+	opExists  = 8
+	opRemove  = 9
+	opList    = 10
+	opStats   = 11
+	opRelease = 12
+
+	codeOK       = 0
+	codeNotFound = 1
+	codeFull     = 2
+	codeTooLarge = 3
+	codeNoNodes  = 4
+	codeOther    = 5
+)
+
+func errCode(err error) byte {
+	switch {
+	case err == nil:
+		return codeOK
+	case errors.Is(err, ErrNotFound):
+		return codeNotFound
+	case errors.Is(err, ErrFull):
+		return codeFull
+	case errors.Is(err, ErrTooLarge):
+		return codeTooLarge
+	case errors.Is(err, ErrNoNodes):
+		return codeNoNodes
+	}
+	return codeOther
+}
+
+// appendErr appends {code, message if not ok}.
+func appendErr(b []byte, err error) []byte {
+	b = append(b, errCode(err))
+	if err != nil {
+		msg := err.Error()
+		if len(msg) > 1000 {
+			msg = msg[:1000]
+		}
+		b = frame.AppendString16(b, msg)
+	}
+	return b
+}
+
+// decodeErr reads {code, message if not ok} as an error matching its
+// sentinel.
+func decodeErr(d *frame.Decoder) error {
+	code := d.Uint8()
+	if code == codeOK {
+		return nil
+	}
+	msg := d.String16()
+	var kind error
+	switch code {
+	case codeNotFound:
+		kind = ErrNotFound
+	case codeFull:
+		kind = ErrFull
+	case codeTooLarge:
+		kind = ErrTooLarge
+	case codeNoNodes:
+		kind = ErrNoNodes
+	default:
+		return remoteErr{errors.New("kv master"), msg}
+	}
+	return remoteErr{kind, msg}
+}
+
+// remoteErr is an error the master answered.
+type remoteErr struct {
+	kind error
+	msg  string
+}
+
+func (e remoteErr) Error() string { return e.msg }
+func (e remoteErr) Unwrap() error { return e.kind }
+
+func appendLocs(b []byte, l []Location) []byte {
+	b = append(b, byte(len(l)))
+	for _, x := range l {
+		b = frame.AppendString8(b, x.Segment)
+		b = frame.AppendUint64(b, x.Offset)
+	}
+	return b
+}
+
+func decodeLocs(d *frame.Decoder) []Location {
+	n := int(d.Uint8())
+	var l []Location
+	for i := 0; i < n && d.Err() == nil; i++ {
+		l = append(l, Location{Segment: d.String8(), Offset: d.Uint64()})
+	}
+	return l
+}
+
+// service answers the master's requests.
+type service struct {
+	m         *master
+	metadata  string // the transfer metadata address nodes use
+	local     string // the master's Unix socket ("" if none)
+	maxKey    int
+	maxValue  uint64
+	maxRepl   int
+	leaseTTL  time.Duration
+	putTTL    time.Duration
+	holderTTL time.Duration
+}
+
+var errMalformed = fmt.Errorf("%w: malformed request", rpc.ErrProtocol)
+
+func (s *service) handle(_ context.Context, p []byte) []byte {
+	d := frame.NewDecoder(p)
+	op := d.Uint8()
+	nrel := int(d.Uint16())
+	if nrel > maxReleases {
+		return appendErr(nil, errMalformed)
+	}
+	m := s.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for i := 0; i < nrel && d.Err() == nil; i++ {
+		m.releaseLocked(d.Uint64())
+	}
+	now := time.Now()
+	m.sweep(now)
+	ok := []byte{codeOK}
+	switch op {
+	case opRelease:
+		if d.Finish() != nil {
+			break
+		}
+		return ok
+	case opInfo:
+		if d.Finish() != nil {
+			break
+		}
+		b := frame.AppendString16(ok, s.metadata)
+		b = frame.AppendString8(b, s.local)
+		b = frame.AppendUint32(b, uint32(s.leaseTTL/time.Millisecond))
+		b = frame.AppendUint32(b, uint32(s.putTTL/time.Millisecond))
+		b = frame.AppendUint32(b, uint32(s.holderTTL/time.Millisecond))
+		b = frame.AppendUint32(b, uint32(s.maxKey))
+		return frame.AppendUint64(b, s.maxValue)
+	case opJoin:
+		name, seg, size := d.String8(), d.String8(), d.Uint64()
+		if d.Finish() != nil || name == "" || seg == "" {
+			break
+		}
+		err := m.join(now, name, seg, size, s.holderTTL)
+		return appendErr(nil, err)
+	case opBeat, opLeave:
+		name := d.String8()
+		if d.Finish() != nil {
+			break
+		}
+		if op == opLeave {
+			m.dropHolder(name)
+			return ok
+		}
+		return appendErr(nil, m.beat(now, name))
+	case opPut:
+		repl, n := int(d.Uint8()), int(d.Uint16())
+		if repl < 1 || repl > s.maxRepl || n > MaxBatch {
+			break
+		}
+		b := ok
+		for i := 0; i < n && d.Err() == nil; i++ {
+			key, size := d.Bytes16(), d.Uint64()
+			if d.Err() != nil {
+				break
+			}
+			var err error
+			var e *entry
+			switch {
+			case len(key) == 0 || len(key) > s.maxKey:
+				err = fmt.Errorf("%w: key of %d bytes (1 to %d)", ErrTooLarge, len(key), s.maxKey)
+			case size > s.maxValue:
+				err = fmt.Errorf("%w: value of %d bytes (at most %d)", ErrTooLarge, size, s.maxValue)
+			default:
+				e, err = m.putStart(now, string(key), size, repl)
+			}
+			b = appendErr(b, err)
+			if err == nil {
+				b = frame.AppendUint64(b, e.ver)
+				b = appendLocs(b, e.locations())
+			}
+		}
+		if d.Finish() != nil {
+			// Undo nothing: the puts started expire after putTTL.
+			break
+		}
+		return b
+	case opPutEnd:
+		n := int(d.Uint16())
+		if n > MaxBatch {
+			break
+		}
+		b := ok
+		for i := 0; i < n && d.Err() == nil; i++ {
+			commit, ver := d.Uint8() == 1, d.Uint64()
+			if d.Err() != nil {
+				break
+			}
+			b = appendErr(b, m.putEnd(ver, commit))
+		}
+		if d.Finish() != nil {
+			break
+		}
+		return b
+	case opGet, opExists, opRemove:
+		n := int(d.Uint16())
+		if n > MaxBatch {
+			break
+		}
+		b := ok
+		for i := 0; i < n && d.Err() == nil; i++ {
+			key := d.Bytes16()
+			if d.Err() != nil {
+				break
+			}
+			switch op {
+			case opGet:
+				e, id, err := m.get(now, string(key))
+				b = appendErr(b, err)
+				if err == nil {
+					b = frame.AppendUint64(b, e.size)
+					b = frame.AppendUint64(b, id)
+					b = appendLocs(b, e.locations())
+				}
+			case opExists:
+				_, found := m.entries[string(key)]
+				if found {
+					b = appendErr(b, nil)
+				} else {
+					b = appendErr(b, ErrNotFound)
+				}
+			default:
+				b = appendErr(b, m.remove(string(key)))
+			}
+		}
+		if d.Finish() != nil {
+			// Leases taken for a malformed batch expire.
+			break
+		}
+		return b
+	case opList:
+		prefix, limit := d.Bytes16(), int(d.Uint32())
+		if d.Finish() != nil {
+			break
+		}
+		limit = min(limit, 100000)
+		keys := m.list(string(prefix), limit)
+		b := frame.AppendUint32(ok, uint32(len(keys)))
+		for _, k := range keys {
+			b = frame.AppendBytes16(b, k.Key)
+			b = frame.AppendUint64(b, k.Size)
+		}
+		return b
+	case opStats:
+		if d.Finish() != nil {
+			break
+		}
+		st := m.stats()
+		b := frame.AppendUint32(ok, uint32(st.Keys))
+		b = frame.AppendUint32(b, uint32(st.Leases))
+		b = frame.AppendUint64(b, st.Evictions)
+		b = frame.AppendUint16(b, uint16(len(st.Nodes)))
+		for _, n := range st.Nodes {
+			b = frame.AppendString8(b, n.Name)
+			b = frame.AppendUint64(b, n.Capacity)
+			b = frame.AppendUint64(b, n.Used)
+			b = frame.AppendUint32(b, uint32(n.Values))
+		}
+		return b
+	}
+	return appendErr(nil, errMalformed)
+}

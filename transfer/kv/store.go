@@ -1,0 +1,964 @@
+package kv
+
+// Store: a node of the store (a transfer.Node, a pool when it has
+// Capacity, the master when it is the first) and the client calls.
+// Goroutines: a store node with capacity runs a heartbeat (beats every
+// third of the holder TTL, re-joins when the master forgot it); every
+// Store runs a releaser that hands back read leases left over for 20 ms;
+// the master's service runs rpc's. Calls run on the caller's goroutine:
+// one request to the master, one transfer batch, and for a Put a second
+// request (commit).
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/bits"
+	"net"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rdmakit/rdmakit/internal/frame"
+	"github.com/rdmakit/rdmakit/transfer"
+	"github.com/rdmakit/rdmakit/transfer/internal/rpc"
+	"github.com/rdmakit/rdmakit/verbs"
+)
+
+// canLocal: the master serves same-host clients on an abstract Unix
+// socket as well (Linux).
+const canLocal = runtime.GOOS == "linux"
+
+// Defaults of Config's zero fields.
+const (
+	DefaultMaxKeyLen   = 1024
+	DefaultMaxValueLen = 256 << 20
+	DefaultLeaseTTL    = 10 * time.Second
+	DefaultPutTTL      = time.Minute
+	DefaultHolderTTL   = 5 * time.Second
+	// MaxReplicas bounds Config.Replicas.
+	MaxReplicas = 8
+)
+
+// Config configures a store node. Every zero field takes the default
+// documented on it.
+type Config struct {
+	// Addr is the master's address; empty: this node runs the master
+	// (and the transfer metadata table), listening on ListenAddr.
+	Addr string
+	// ListenAddr is where the master listens when Addr is empty (default
+	// "127.0.0.1:0"; Store.Addr tells the port).
+	ListenAddr string
+	// Capacity is how many bytes of values this node holds for the store
+	// (0: a client only). It is allocated at Open, registered memory.
+	Capacity int64
+	// Replicas is how many store nodes hold each value a Put writes
+	// (default 1, at most MaxReplicas).
+	Replicas int
+	// Transfer configures the node's transfer engine (name, devices,
+	// Secret or Insecure, ...). On the master's node, a MetadataAddr of
+	// etcd ("etcd://...") puts the transfer metadata there (other nodes
+	// learn it from the master); otherwise that node serves the embedded
+	// table. On other nodes Open sets MetadataAddr from the master. Its
+	// ArenaSize defaults to Capacity + 256 MiB.
+	Transfer transfer.Config
+
+	// The master's settings (used by the node that runs it).
+
+	// MaxKeyLen bounds keys (default DefaultMaxKeyLen, at most MaxKeyLen).
+	MaxKeyLen int
+	// MaxValueLen bounds values (default DefaultMaxValueLen).
+	MaxValueLen int64
+	// LeaseTTL is how long a reader may take to read a value before the
+	// master may reuse its space (default DefaultLeaseTTL). A Get slower
+	// than 9/10 of it is retried, then fails with ErrLeaseExpired.
+	LeaseTTL time.Duration
+	// PutTTL is how long a Put may take to write before the master takes
+	// its space back (default DefaultPutTTL).
+	PutTTL time.Duration
+	// HolderTTL: a store node silent that long is dropped with its values
+	// (default DefaultHolderTTL).
+	HolderTTL time.Duration
+}
+
+func (c Config) withDefaults() Config {
+	if c.ListenAddr == "" {
+		c.ListenAddr = "127.0.0.1:0"
+	}
+	if c.Replicas <= 0 {
+		c.Replicas = 1
+	}
+	if c.MaxKeyLen <= 0 || c.MaxKeyLen > MaxKeyLen {
+		c.MaxKeyLen = min(max(c.MaxKeyLen, DefaultMaxKeyLen), MaxKeyLen)
+	}
+	if c.MaxValueLen <= 0 {
+		c.MaxValueLen = DefaultMaxValueLen
+	}
+	if c.LeaseTTL <= 0 {
+		c.LeaseTTL = DefaultLeaseTTL
+	}
+	if c.PutTTL <= 0 {
+		c.PutTTL = DefaultPutTTL
+	}
+	if c.HolderTTL <= 0 {
+		c.HolderTTL = DefaultHolderTTL
+	}
+	if c.Transfer.ArenaSize == 0 {
+		c.Transfer.ArenaSize = c.Capacity + 256<<20
+	}
+	return c
+}
+
+// Buf is a range of registered memory: a value's source or destination
+// without a copy. The MR comes from Store.AllocMR (or, on tcp0, any
+// region the node can register).
+type Buf struct {
+	MR     *verbs.MR
+	Offset int
+	Len    int
+}
+
+// Store is a handle on the store: a store node, and its client. All
+// methods are safe for concurrent use.
+type Store struct {
+	cfg  Config
+	node *transfer.Node
+	cl   *rpc.Client
+	srv  *rpc.Server // the master's service, on the node that runs it
+	svc  *service
+
+	// From the master.
+	leaseTTL, putTTL, holderTTL time.Duration
+	maxKey                      int
+	maxValue                    uint64
+
+	metaAddr string       // the transfer metadata address (from the master)
+	sizeHint atomic.Int64 // the largest value GetBatch has seen
+
+	pool    *verbs.MR // this node's share (Capacity)
+	segName string
+
+	ctx    context.Context // ends at Close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	// relMu guards released.
+	relMu    sync.Mutex
+	released []uint64 // leases to hand back
+
+	// stMu guards staging.
+	stMu    sync.Mutex
+	staging map[int][]*verbs.MR // free staging regions by size class
+	closed  bool
+}
+
+// Open starts a store node: the first one (Config.Addr empty) runs the
+// master; others join it.
+func Open(ctx context.Context, cfg Config) (_ *Store, err error) {
+	cfg = cfg.withDefaults()
+	if cfg.Replicas > MaxReplicas {
+		return nil, fmt.Errorf("kv: Replicas %d over %d", cfg.Replicas, MaxReplicas)
+	}
+	if cfg.Capacity < 0 {
+		return nil, fmt.Errorf("kv: negative Capacity")
+	}
+	tc := cfg.Transfer
+	if len(tc.Secret) == 0 && !tc.Insecure {
+		return nil, transfer.ErrNoCredential
+	}
+	s := &Store{cfg: cfg, staging: map[int][]*verbs.MR{}}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	defer func() {
+		if err != nil {
+			s.Close()
+		}
+	}()
+	if cfg.Addr == "" {
+		host, _, err := net.SplitHostPort(cfg.ListenAddr)
+		if err != nil {
+			return nil, fmt.Errorf("kv: ListenAddr %q: %w", cfg.ListenAddr, err)
+		}
+		// The transfer metadata: etcd if given, else this node's
+		// embedded table; clients learn which from the master.
+		if !transfer.IsEtcdURL(tc.MetadataAddr) {
+			tc.MetadataAddr = ""
+		}
+		tc.Metadata = nil
+		if tc.ListenAddr == "" {
+			tc.ListenAddr = net.JoinHostPort(host, "0")
+		}
+		if s.node, err = transfer.New(ctx, tc); err != nil {
+			return nil, err
+		}
+		meta := tc.MetadataAddr
+		if meta == "" {
+			meta = s.node.Addr()
+		}
+		s.svc = &service{m: newMaster(cfg.LeaseTTL, cfg.PutTTL), metadata: meta, maxKey: cfg.MaxKeyLen,
+			maxValue: uint64(cfg.MaxValueLen), maxRepl: MaxReplicas, leaseTTL: cfg.LeaseTTL, putTTL: cfg.PutTTL, holderTTL: cfg.HolderTTL}
+		if s.srv, err = rpc.Listen(cfg.ListenAddr, kvProto, tc.Secret, tc.Insecure && len(tc.Secret) == 0, s.svc.handle); err != nil {
+			return nil, fmt.Errorf("kv: master: %w", err)
+		}
+		if canLocal {
+			if s.svc.local, err = s.srv.ServeLocal(); err != nil {
+				return nil, fmt.Errorf("kv: master: %w", err)
+			}
+		}
+		s.cl = rpc.NewClient(s.srv.Addr(), kvProto, tc.Secret)
+		if err := s.info(ctx); err != nil {
+			return nil, err
+		}
+	} else {
+		s.cl = rpc.NewClient(cfg.Addr, kvProto, tc.Secret)
+		if err := s.info(ctx); err != nil {
+			return nil, err
+		}
+		tc.MetadataAddr = s.metaAddr
+		if s.node, err = transfer.New(ctx, tc); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.Capacity > 0 {
+		s.segName = "kv/" + s.node.Name()
+		if s.pool, err = s.node.AllocSegment(ctx, s.segName, int(cfg.Capacity)); err != nil {
+			return nil, err
+		}
+		if err := s.join(ctx); err != nil {
+			return nil, err
+		}
+		s.wg.Add(1)
+		go s.heartbeat()
+	}
+	s.wg.Add(1)
+	go s.releaser()
+	return s, nil
+}
+
+// info asks the master for the metadata address and its limits.
+func (s *Store) info(ctx context.Context) error {
+	d, err := s.call(ctx, []byte{opInfo})
+	if err != nil {
+		return err
+	}
+	meta, local := d.String16(), d.String8()
+	lt, pt, ht, mk, mv := d.Uint32(), d.Uint32(), d.Uint32(), d.Uint32(), d.Uint64()
+	if d.Finish() != nil {
+		return fmt.Errorf("%w: malformed info", rpc.ErrProtocol)
+	}
+	ms := func(v uint32) time.Duration { return time.Duration(v) * time.Millisecond }
+	s.leaseTTL, s.putTTL, s.holderTTL, s.maxKey, s.maxValue = ms(lt), ms(pt), ms(ht), int(mk), mv
+	s.metaAddr = meta
+	if local != "" {
+		s.cl.SetLocal(local)
+	}
+	return nil
+}
+
+func (s *Store) join(ctx context.Context) error {
+	req := frame.AppendString8([]byte{opJoin, 0, 0}, s.node.Name())
+	req = frame.AppendString8(req, s.segName)
+	req = frame.AppendUint64(req, uint64(s.pool.Len()))
+	_, err := s.call(ctx, req)
+	return err
+}
+
+func (s *Store) heartbeat() {
+	defer s.wg.Done()
+	t := time.NewTicker(s.holderTTL / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(s.ctx, s.holderTTL/3)
+		_, err := s.call(ctx, frame.AppendString8([]byte{opBeat, 0, 0}, s.node.Name()))
+		if errors.Is(err, ErrNoNodes) {
+			s.join(ctx) // the master forgot us (it restarted, or we were silent)
+		}
+		cancel()
+	}
+}
+
+// releaser hands back leases that no request carried within 20 ms.
+func (s *Store) releaser() {
+	defer s.wg.Done()
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-t.C:
+		}
+		s.relMu.Lock()
+		n := len(s.released)
+		s.relMu.Unlock()
+		if n > 0 {
+			ctx, cancel := context.WithTimeout(s.ctx, time.Second)
+			s.call(ctx, []byte{opRelease})
+			cancel()
+		}
+	}
+}
+
+// call sends req (its op byte first; released leases are inserted after
+// it) and returns a decoder on the answer's fields, or the master's error.
+func (s *Store) call(ctx context.Context, req []byte) (*frame.Decoder, error) {
+	s.relMu.Lock()
+	rel := s.released
+	if len(rel) > maxReleases {
+		rel = rel[:maxReleases]
+	}
+	s.released = s.released[len(rel):]
+	s.relMu.Unlock()
+	// req[1:3] is the release count for requests built with room for it.
+	msg := make([]byte, 0, len(req)+8*len(rel)+2)
+	msg = append(msg, req[0])
+	msg = frame.AppendUint16(msg, uint16(len(rel)))
+	for _, id := range rel {
+		msg = frame.AppendUint64(msg, id)
+	}
+	if len(req) > 1 {
+		msg = append(msg, req[3:]...)
+	}
+	p, err := s.cl.Call(ctx, msg)
+	if err != nil {
+		if errors.Is(err, rpc.ErrClosed) {
+			return nil, ErrClosed
+		}
+		return nil, fmt.Errorf("kv: master %s: %w", s.cl.Addr(), err)
+	}
+	d := frame.NewDecoder(p)
+	if err := decodeErr(&d); err != nil {
+		return nil, err
+	}
+	if d.Err() != nil {
+		return nil, fmt.Errorf("%w: malformed answer", rpc.ErrProtocol)
+	}
+	return &d, nil
+}
+
+func (s *Store) release(ids ...uint64) {
+	s.relMu.Lock()
+	s.released = append(s.released, ids...)
+	s.relMu.Unlock()
+}
+
+// Addr returns the master's address (what other nodes pass as
+// Config.Addr).
+func (s *Store) Addr() string { return s.cl.Addr() }
+
+// Node returns the store node's transfer engine node.
+func (s *Store) Node() *transfer.Node { return s.node }
+
+// AllocMR allocates registered memory for the zero-copy calls (GetMR,
+// PutMR); Close frees it.
+func (s *Store) AllocMR(size int) (*verbs.MR, error) { return s.node.AllocMR(size) }
+
+// Close leaves the store (this node's values are gone; on the master's
+// node, the whole store is) and frees the node.
+func (s *Store) Close() error {
+	s.stMu.Lock()
+	if s.closed {
+		s.stMu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.stMu.Unlock()
+	if s.pool != nil && s.cl != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		s.call(ctx, frame.AppendString8([]byte{opLeave, 0, 0}, s.node.Name()))
+		cancel()
+	}
+	s.cancel()
+	s.wg.Wait()
+	if s.cl != nil {
+		s.cl.Close()
+	}
+	if s.srv != nil {
+		s.srv.Close()
+	}
+	if s.node != nil {
+		s.node.Close() // frees the pool and staging memory
+	}
+	return nil
+}
+
+// stage returns a registered region of at least n bytes.
+func (s *Store) stage(n int) (*verbs.MR, error) {
+	class := max(16, bits.Len(uint(n-1))) // 64 KiB at least
+	s.stMu.Lock()
+	if s.closed {
+		s.stMu.Unlock()
+		return nil, ErrClosed
+	}
+	if l := s.staging[class]; len(l) > 0 {
+		mr := l[len(l)-1]
+		s.staging[class] = l[:len(l)-1]
+		s.stMu.Unlock()
+		return mr, nil
+	}
+	s.stMu.Unlock()
+	return s.node.AllocMR(1 << class)
+}
+
+func (s *Store) unstage(mr *verbs.MR) {
+	class := bits.Len(uint(mr.Len() - 1))
+	s.stMu.Lock()
+	defer s.stMu.Unlock()
+	if !s.closed && len(s.staging[class]) < 16 {
+		s.staging[class] = append(s.staging[class], mr)
+		return
+	}
+	if !s.closed {
+		s.node.FreeMR(mr)
+	}
+}
+
+func (s *Store) checkKeys(keys [][]byte) error {
+	if len(keys) > MaxBatch {
+		return fmt.Errorf("kv: %d keys in a batch (at most %d)", len(keys), MaxBatch)
+	}
+	for i, k := range keys {
+		if len(k) == 0 || len(k) > s.maxKey {
+			return &KeyError{Index: i, Key: k, Err: fmt.Errorf("%w: key of %d bytes (1 to %d)", ErrTooLarge, len(k), s.maxKey)}
+		}
+	}
+	return nil
+}
+
+func appendKeys(req []byte, keys [][]byte) []byte {
+	req = frame.AppendUint16(req, uint16(len(keys)))
+	for _, k := range keys {
+		req = frame.AppendBytes16(req, k)
+	}
+	return req
+}
+
+// PutMRBatch stores values from registered memory: values[i] under
+// keys[i]. Each value is written one-sided into space the master placed
+// on replicas store nodes and becomes visible when all are written; a
+// failed one leaves the key's old value (if any). It returns nil or the
+// failures as *KeyError (errors.Join).
+func (s *Store) PutMRBatch(ctx context.Context, keys [][]byte, values []Buf) error {
+	if len(keys) != len(values) {
+		return fmt.Errorf("kv: %d keys, %d values", len(keys), len(values))
+	}
+	if err := s.checkKeys(keys); err != nil {
+		return err
+	}
+	req := []byte{opPut, 0, 0, byte(s.cfg.Replicas)}
+	req = frame.AppendUint16(req, uint16(len(keys)))
+	for i, k := range keys {
+		v := values[i]
+		if v.Len < 0 || uint64(v.Len) > s.maxValue {
+			return &KeyError{Index: i, Key: k, Err: fmt.Errorf("%w: value of %d bytes (at most %d)", ErrTooLarge, v.Len, s.maxValue)}
+		}
+		if v.Len > 0 && (v.MR == nil || v.Offset < 0 || v.Offset > v.MR.Len() || v.Len > v.MR.Len()-v.Offset) {
+			return &KeyError{Index: i, Key: k, Err: fmt.Errorf("%w: value range outside its region", transfer.ErrBounds)}
+		}
+		req = frame.AppendBytes16(req, k)
+		req = frame.AppendUint64(req, uint64(v.Len))
+	}
+	start := time.Now()
+	d, err := s.call(ctx, req)
+	if err != nil {
+		return err
+	}
+	errs := make([]error, len(keys))
+	vers := make([]uint64, len(keys))
+	var reqs []transfer.Request
+	var owner []int
+	for i := range keys {
+		if errs[i] = decodeErr(d); errs[i] != nil {
+			continue
+		}
+		vers[i] = d.Uint64()
+		for _, l := range decodeLocs(d) {
+			if values[i].Len == 0 {
+				continue
+			}
+			reqs = append(reqs, transfer.Request{Op: transfer.Write, Local: values[i].MR, LocalOffset: values[i].Offset,
+				Segment: l.Segment, Offset: l.Offset, Length: values[i].Len})
+			owner = append(owner, i)
+		}
+	}
+	if d.Finish() != nil {
+		return fmt.Errorf("%w: malformed answer", rpc.ErrProtocol)
+	}
+	// Writes must land well before the master may take the space back.
+	wctx, cancel := context.WithDeadline(ctx, start.Add(s.putTTL/2))
+	defer cancel()
+	failed := s.move(wctx, reqs, owner, errs)
+	end := []byte{opPutEnd, 0, 0, 0, 0}
+	n := 0
+	for i := range keys {
+		if vers[i] == 0 {
+			continue
+		}
+		commit := byte(1)
+		if failed[i] != nil {
+			commit = 0
+			errs[i] = failed[i]
+		}
+		end = append(end, commit)
+		end = frame.AppendUint64(end, vers[i])
+		n++
+	}
+	if n > 0 {
+		end[3], end[4] = byte(n>>8), byte(n)
+		// The commit must reach the master even when ctx has ended: an
+		// abort or commit left unsent holds the space for PutTTL.
+		cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		d, err := s.call(cctx, end)
+		ccancel()
+		if err != nil {
+			return err
+		}
+		for i := range keys {
+			if vers[i] == 0 {
+				continue
+			}
+			if err := decodeErr(d); err != nil && errs[i] == nil {
+				errs[i] = err
+			}
+		}
+	}
+	return keyErrors(keys, errs)
+}
+
+// move runs a batch of transfer requests, each for key owner[k], and
+// returns per key the first failure (indexed like errs; entries already
+// set in errs are left alone).
+func (s *Store) move(ctx context.Context, reqs []transfer.Request, owner []int, errs []error) []error {
+	failed := make([]error, len(errs))
+	if len(reqs) == 0 {
+		return failed
+	}
+	b, err := s.node.Submit(ctx, reqs)
+	if err != nil {
+		// Submit refuses a whole batch for one bad request (a segment
+		// whose node left): submit per segment, so that the others move.
+		bySeg := map[string][]int{}
+		for k, r := range reqs {
+			bySeg[r.Segment] = append(bySeg[r.Segment], k)
+		}
+		if len(bySeg) == 1 {
+			for _, i := range owner {
+				failed[i] = err
+			}
+			return failed
+		}
+		for _, ks := range bySeg {
+			sub := make([]transfer.Request, len(ks))
+			own := make([]int, len(ks))
+			for j, k := range ks {
+				sub[j], own[j] = reqs[k], owner[k]
+			}
+			for i, f := range s.move(ctx, sub, own, errs) {
+				if f != nil && failed[i] == nil {
+					failed[i] = f
+				}
+			}
+		}
+		return failed
+	}
+	if err := b.Wait(context.WithoutCancel(ctx)); err != nil {
+		for k := range reqs {
+			if st, cause := b.Status(k); st != transfer.Completed && failed[owner[k]] == nil {
+				failed[owner[k]] = fmt.Errorf("%w: %s", cause, st)
+			}
+		}
+	}
+	return failed
+}
+
+func keyErrors(keys [][]byte, errs []error) error {
+	var all []error
+	for i, err := range errs {
+		if err != nil {
+			all = append(all, &KeyError{Index: i, Key: keys[i], Err: err})
+		}
+	}
+	return errors.Join(all...)
+}
+
+// GetMRBatch reads the values of keys into registered memory, one-sided
+// from a store node holding each; it returns each value's length. A key
+// absent fails with ErrNotFound, a destination too small with ErrBuffer.
+// A value being read is neither evicted nor overwritten under the reader:
+// the result is the value as some Put committed it, whole.
+func (s *Store) GetMRBatch(ctx context.Context, keys [][]byte, dsts []Buf) ([]int, error) {
+	if len(keys) != len(dsts) {
+		return nil, fmt.Errorf("kv: %d keys, %d destinations", len(keys), len(dsts))
+	}
+	if err := s.checkKeys(keys); err != nil {
+		return nil, err
+	}
+	for i, b := range dsts {
+		if b.Len < 0 || (b.Len > 0 && (b.MR == nil || b.Offset < 0 || b.Offset > b.MR.Len() || b.Len > b.MR.Len()-b.Offset)) {
+			return nil, &KeyError{Index: i, Key: keys[i], Err: fmt.Errorf("%w: destination range outside its region", transfer.ErrBounds)}
+		}
+	}
+	sizes := make([]int, len(keys))
+	errs := make([]error, len(keys))
+	pending := make([]bool, len(keys))
+	for i := range pending {
+		pending[i] = true
+	}
+	for attempt := 0; ; attempt++ {
+		expired := s.getOnce(ctx, keys, dsts, pending, sizes, errs)
+		if !expired || attempt == 2 || ctx.Err() != nil {
+			break
+		}
+	}
+	return sizes, keyErrors(keys, errs)
+}
+
+// getOnce reads the keys still pending; it reports whether some read
+// outlasted its lease (those stay pending, with ErrLeaseExpired).
+func (s *Store) getOnce(ctx context.Context, keys [][]byte, dsts []Buf, pending []bool, sizes []int, errs []error) bool {
+	var idx []int
+	req := []byte{opGet, 0, 0}
+	var ks [][]byte
+	for i := range keys {
+		if pending[i] {
+			errs[i] = nil
+			idx = append(idx, i)
+			ks = append(ks, keys[i])
+		}
+	}
+	req = appendKeys(req, ks)
+	start := time.Now()
+	d, err := s.call(ctx, req)
+	if err != nil {
+		for _, i := range idx {
+			errs[i], pending[i] = err, false
+		}
+		return false
+	}
+	var leases []uint64
+	locs := make([][]Location, len(keys))
+	for _, i := range idx {
+		if errs[i] = decodeErr(d); errs[i] != nil {
+			pending[i] = false
+			continue
+		}
+		size, id := d.Uint64(), d.Uint64()
+		locs[i] = decodeLocs(d)
+		leases = append(leases, id)
+		sizes[i] = int(size)
+		if size > uint64(dsts[i].Len) {
+			errs[i], pending[i] = fmt.Errorf("%w: value of %d bytes, destination of %d", ErrBuffer, size, dsts[i].Len), false
+		}
+	}
+	defer s.release(leases...)
+	if d.Finish() != nil {
+		for _, i := range idx {
+			errs[i], pending[i] = fmt.Errorf("%w: malformed answer", rpc.ErrProtocol), false
+		}
+		return false
+	}
+	deadline := start.Add(s.leaseTTL * 9 / 10)
+	rctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	// Read each from its first replica; what fails is read again from
+	// the next.
+	for r := 0; r < MaxReplicas; r++ {
+		var reqs []transfer.Request
+		var owner []int
+		for _, i := range idx {
+			if !pending[i] || errs[i] != nil && r == 0 || r >= len(locs[i]) {
+				continue
+			}
+			if sizes[i] == 0 {
+				pending[i] = false
+				continue
+			}
+			reqs = append(reqs, transfer.Request{Op: transfer.Read, Local: dsts[i].MR, LocalOffset: dsts[i].Offset,
+				Segment: locs[i][r].Segment, Offset: locs[i][r].Offset, Length: sizes[i]})
+			owner = append(owner, i)
+		}
+		if len(reqs) == 0 {
+			break
+		}
+		failed := s.move(rctx, reqs, owner, errs)
+		for _, i := range owner {
+			errs[i] = failed[i]
+			if failed[i] == nil || r+1 >= len(locs[i]) {
+				pending[i] = false
+			}
+		}
+	}
+	expired := false
+	if time.Now().After(deadline) {
+		// The space may have been reused under a read this slow: none of
+		// this round's reads is trusted.
+		for _, i := range idx {
+			if errs[i] == nil && locs[i] != nil {
+				errs[i], pending[i], expired = ErrLeaseExpired, true, true
+			}
+		}
+	}
+	return expired
+}
+
+// Put stores value under key (copied into registered memory, then
+// written one-sided to the store nodes the master chose).
+func (s *Store) Put(ctx context.Context, key, value []byte) error {
+	return s.PutBatch(ctx, [][]byte{key}, [][]byte{value})
+}
+
+// PutBatch stores values[i] under keys[i] (see PutMRBatch).
+func (s *Store) PutBatch(ctx context.Context, keys, values [][]byte) error {
+	if len(keys) != len(values) {
+		return fmt.Errorf("kv: %d keys, %d values", len(keys), len(values))
+	}
+	total := 0
+	for i, v := range values {
+		if uint64(len(v)) > s.maxValue {
+			return &KeyError{Index: i, Key: keys[i], Err: fmt.Errorf("%w: value of %d bytes (at most %d)", ErrTooLarge, len(v), s.maxValue)}
+		}
+		total += len(v)
+	}
+	mr, err := s.stage(max(total, 1))
+	if err != nil {
+		return err
+	}
+	defer s.unstage(mr)
+	bufs := make([]Buf, len(values))
+	off := 0
+	for i, v := range values {
+		copy(mr.Bytes()[off:], v)
+		bufs[i] = Buf{MR: mr, Offset: off, Len: len(v)}
+		off += len(v)
+	}
+	return s.PutMRBatch(ctx, keys, bufs)
+}
+
+// PutMR stores value (registered memory) under key, without a copy.
+func (s *Store) PutMR(ctx context.Context, key []byte, value Buf) error {
+	return s.PutMRBatch(ctx, [][]byte{key}, []Buf{value})
+}
+
+// GetMR reads key's value into dst without a copy and returns its length.
+func (s *Store) GetMR(ctx context.Context, key []byte, dst Buf) (int, error) {
+	n, err := s.GetMRBatch(ctx, [][]byte{key}, []Buf{dst})
+	if err != nil {
+		return 0, unwrapOne(err)
+	}
+	return n[0], nil
+}
+
+// Get returns key's value (ErrNotFound if none).
+func (s *Store) Get(ctx context.Context, key []byte) ([]byte, error) {
+	vs, err := s.GetBatch(ctx, [][]byte{key})
+	if err != nil {
+		return nil, unwrapOne(err)
+	}
+	return vs[0], nil
+}
+
+// GetInto reads key's value into dst (one copy, through registered
+// staging memory) and returns its length; ErrBuffer when dst is too small.
+func (s *Store) GetInto(ctx context.Context, key, dst []byte) (int, error) {
+	mr, err := s.stage(max(len(dst), 1))
+	if err != nil {
+		return 0, err
+	}
+	defer s.unstage(mr)
+	n, err := s.GetMRBatch(ctx, [][]byte{key}, []Buf{{MR: mr, Len: len(dst)}})
+	if err != nil {
+		if n != nil {
+			return n[0], unwrapOne(err)
+		}
+		return 0, err
+	}
+	return copy(dst, mr.Bytes()[:n[0]]), nil
+}
+
+// GetBatch returns the values of keys (nil for those that failed, with
+// their *KeyError in the joined error).
+func (s *Store) GetBatch(ctx context.Context, keys [][]byte) ([][]byte, error) {
+	out := make([][]byte, len(keys))
+	// Sizes are known only from the master: read into staging regions
+	// large enough for the common case, again for the larger ones.
+	guess := max(64<<10, int(s.sizeHint.Load()))
+	mr, err := s.stage(guess * max(1, min(len(keys), 16)))
+	if err != nil {
+		return nil, err
+	}
+	defer func() { s.unstage(mr) }()
+	per := mr.Len() / max(1, len(keys))
+	dsts := make([]Buf, len(keys))
+	for i := range keys {
+		dsts[i] = Buf{MR: mr, Offset: i * per, Len: per}
+	}
+	sizes, err := s.GetMRBatch(ctx, keys, dsts)
+	var big []int
+	errs := make([]error, len(keys))
+	if err != nil {
+		joined, ok := err.(interface{ Unwrap() []error })
+		if !ok {
+			return nil, err
+		}
+		for _, e := range joined.Unwrap() {
+			var ke *KeyError
+			if !errors.As(e, &ke) {
+				return nil, err
+			}
+			errs[ke.Index] = ke.Err
+			if errors.Is(ke.Err, ErrBuffer) {
+				big = append(big, ke.Index)
+				errs[ke.Index] = nil
+				if h := int64(sizes[ke.Index]); h > s.sizeHint.Load() && uint64(h) <= s.maxValue {
+					s.sizeHint.Store(h)
+				}
+			}
+		}
+	}
+	for i := range keys {
+		if errs[i] == nil && !contains(big, i) {
+			out[i] = append([]byte(nil), mr.Bytes()[dsts[i].Offset:dsts[i].Offset+sizes[i]]...)
+		}
+	}
+	for _, i := range big {
+		// Read again into a region of the size the master told (the
+		// value may have changed meanwhile: then again).
+		for try := 0; try < 3; try++ {
+			m2, err := s.stage(max(sizes[i], 1))
+			if err != nil {
+				errs[i] = err
+				break
+			}
+			n, err := s.GetMRBatch(ctx, keys[i:i+1], []Buf{{MR: m2, Len: m2.Len()}})
+			if n == nil {
+				s.unstage(m2)
+				errs[i] = err
+				break
+			}
+			if err == nil {
+				out[i] = append([]byte(nil), m2.Bytes()[:n[0]]...)
+			}
+			s.unstage(m2)
+			sizes[i], errs[i] = n[0], unwrapOne(err)
+			if !errors.Is(errs[i], ErrBuffer) {
+				break
+			}
+		}
+	}
+	return out, keyErrors(keys, errs)
+}
+
+func contains(l []int, x int) bool {
+	for _, y := range l {
+		if y == x {
+			return true
+		}
+	}
+	return false
+}
+
+// unwrapOne returns the cause of a one-key batch's failure.
+func unwrapOne(err error) error {
+	var ke *KeyError
+	if errors.As(err, &ke) {
+		return ke.Err
+	}
+	return err
+}
+
+// ExistsBatch reports which keys have a value.
+func (s *Store) ExistsBatch(ctx context.Context, keys [][]byte) ([]bool, error) {
+	if err := s.checkKeys(keys); err != nil {
+		return nil, err
+	}
+	d, err := s.call(ctx, appendKeys([]byte{opExists, 0, 0}, keys))
+	if err != nil {
+		return nil, err
+	}
+	out := make([]bool, len(keys))
+	for i := range keys {
+		out[i] = decodeErr(d) == nil
+	}
+	if d.Finish() != nil {
+		return nil, fmt.Errorf("%w: malformed answer", rpc.ErrProtocol)
+	}
+	return out, nil
+}
+
+// Exists reports whether key has a value.
+func (s *Store) Exists(ctx context.Context, key []byte) (bool, error) {
+	r, err := s.ExistsBatch(ctx, [][]byte{key})
+	if err != nil {
+		return false, err
+	}
+	return r[0], nil
+}
+
+// RemoveBatch removes keys (ErrNotFound for those absent). A value being
+// read is freed when its readers are done.
+func (s *Store) RemoveBatch(ctx context.Context, keys [][]byte) error {
+	if err := s.checkKeys(keys); err != nil {
+		return err
+	}
+	d, err := s.call(ctx, appendKeys([]byte{opRemove, 0, 0}, keys))
+	if err != nil {
+		return err
+	}
+	errs := make([]error, len(keys))
+	for i := range keys {
+		errs[i] = decodeErr(d)
+	}
+	if d.Finish() != nil {
+		return fmt.Errorf("%w: malformed answer", rpc.ErrProtocol)
+	}
+	return keyErrors(keys, errs)
+}
+
+// Remove removes key (ErrNotFound if absent).
+func (s *Store) Remove(ctx context.Context, key []byte) error {
+	return unwrapOne(s.RemoveBatch(ctx, [][]byte{key}))
+}
+
+// List returns up to limit keys starting with prefix, in byte order.
+func (s *Store) List(ctx context.Context, prefix []byte, limit int) ([]KeyInfo, error) {
+	if len(prefix) > MaxKeyLen || limit < 0 {
+		return nil, fmt.Errorf("%w: prefix of %d bytes", ErrTooLarge, len(prefix))
+	}
+	req := frame.AppendBytes16([]byte{opList, 0, 0}, prefix)
+	d, err := s.call(ctx, frame.AppendUint32(req, uint32(limit)))
+	if err != nil {
+		return nil, err
+	}
+	n := int(d.Uint32())
+	var out []KeyInfo
+	for i := 0; i < n && d.Err() == nil; i++ {
+		k := append([]byte(nil), d.Bytes16()...)
+		out = append(out, KeyInfo{Key: k, Size: d.Uint64()})
+	}
+	if d.Finish() != nil {
+		return nil, fmt.Errorf("%w: malformed answer", rpc.ErrProtocol)
+	}
+	return out, nil
+}
+
+// Stats returns the master's view: keys, leases, evictions, store nodes.
+func (s *Store) Stats(ctx context.Context) (Stats, error) {
+	d, err := s.call(ctx, []byte{opStats})
+	if err != nil {
+		return Stats{}, err
+	}
+	st := Stats{Keys: int(d.Uint32()), Leases: int(d.Uint32()), Evictions: d.Uint64()}
+	n := int(d.Uint16())
+	for i := 0; i < n && d.Err() == nil; i++ {
+		st.Nodes = append(st.Nodes, NodeStats{Name: d.String8(), Capacity: d.Uint64(), Used: d.Uint64(), Values: int(d.Uint32())})
+	}
+	if d.Finish() != nil {
+		return Stats{}, fmt.Errorf("%w: malformed answer", rpc.ErrProtocol)
+	}
+	return st, nil
+}
