@@ -57,7 +57,9 @@ func newLatLoop(e *endpoint, w *watch, size int64, initiator bool) *latLoop {
 	if cfg.Test.Verb == VerbSend {
 		l.rf = newRefill(e, 0, size, l.iters)
 	}
-	if initiator && l.iters > 0 {
+	// Against perftest (e.flat) the responder measures too, as perftest's
+	// does: its posts are a round trip apart as well.
+	if (initiator || e.flat) && l.iters > 0 {
 		l.tposted = make([]int64, l.iters)
 	}
 	if cfg.Duration > 0 {
@@ -194,7 +196,8 @@ func (l *latLoop) runWrite() error {
 			if ok, err := wait(seq, uint64(i)); !ok || err != nil {
 				return err
 			}
-		} else if l.tposted != nil {
+		}
+		if l.tposted != nil {
 			l.tposted[i] = l.now()
 		}
 		mem[last] = seq
@@ -230,7 +233,8 @@ func (l *latLoop) runSend() error {
 			if ok, err := recv(i); !ok || err != nil {
 				return err
 			}
-		} else if l.tposted != nil {
+		}
+		if l.tposted != nil {
 			l.tposted[i] = l.now()
 		}
 		signaled := (i+1)%cqMod == 0 || (l.iters > 0 && i == l.iters-1)

@@ -797,6 +797,9 @@ type config struct {
 	maxSize  int64
 	gbits    bool
 	rttShift bool // latency is half a round trip (send, write)
+	// minHalf is the least size of each half of a QP's region (perftest's
+	// cycle buffer, when the peer is perftest); 0: maxSize decides.
+	minHalf int64
 }
 
 // resolve applies perftest's defaults and dependencies to o. dev is the

@@ -75,9 +75,6 @@ func Run(ctx context.Context, o Options, env Env) error {
 		// --output: only the figure, on stdout; everything else is dropped.
 		env.value, env.Stdout = env.Stdout, io.Discard
 	}
-	if o.PerftestWire {
-		return runPWire(ctx, o, env)
-	}
 	if o.Loopback {
 		return runLoopback(ctx, o, env)
 	}
@@ -300,7 +297,7 @@ func (s *session) measure1(r *sizeRun, size int64) (result, []float64, error) {
 		return bwResult(c, size, st), nil, nil
 	}
 	st, err := r.lat.run()
-	if err != nil || s.server {
+	if err != nil || (s.server && st.tposted == nil) {
 		return result{}, nil, err
 	}
 	if c.Duration > 0 {
@@ -359,22 +356,43 @@ func (s *session) finish(dev verbs.DeviceInfo) error {
 }
 
 func runClient(ctx context.Context, o Options, env Env) (err error) {
+	port := o.Port
+	if port == 0 {
+		port = DefaultPort
+	}
+	if o.Device != "" {
+		// An unknown device is a usage error before anything is dialed.
+		if _, err := findDevice(o.Device); err != nil {
+			return err
+		}
+	}
+	addr := net.JoinHostPort(o.Server, strconv.Itoa(port))
+	d := net.Dialer{Timeout: dialTimeout, LocalAddr: sourceAddr(o.SourceIP)}
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return fmt.Errorf("cannot reach server %s: %w", addr, dialCause(err))
+	}
+	perftest, err := greet(conn, true, "server")
+	if err != nil {
+		conn.Close()
+		return err
+	}
+	if perftest {
+		defer conn.Close()
+		return runPWire(ctx, o, env, conn, false)
+	}
 	if o.Device == "" {
 		o.Device = "tcp0"
 	}
 	dev, err := findDevice(o.Device)
 	if err != nil {
+		conn.Close()
 		return err
 	}
 	c, err := o.resolve(dev)
 	if err != nil {
+		conn.Close()
 		return err
-	}
-	addr := net.JoinHostPort(o.Server, strconv.Itoa(c.port))
-	d := net.Dialer{Timeout: dialTimeout, LocalAddr: sourceAddr(o.SourceIP)}
-	conn, err := d.DialContext(ctx, "tcp", addr)
-	if err != nil {
-		return fmt.Errorf("cannot reach server %s: %w", addr, dialCause(err))
 	}
 	k := newCtrl(conn, "server")
 	defer k.close()
@@ -537,6 +555,15 @@ func runServer(ctx context.Context, o Options, env Env) (err error) {
 			return ctx.Err()
 		}
 		return fmt.Errorf("accepting the client: %w", err)
+	}
+	perftest, err := greet(conn, false, "client")
+	if err != nil {
+		conn.Close()
+		return err
+	}
+	if perftest {
+		defer conn.Close()
+		return runPWire(ctx, o, env, conn, true)
 	}
 	k := newCtrl(conn, "client")
 	defer k.close()
