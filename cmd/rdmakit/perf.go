@@ -26,6 +26,13 @@ TEST: send_bw send_lat write_bw write_lat read_bw read_lat atomic_bw atomic_lat
 (ib_ prefix accepted). Without an address this side is the server, with one
 the client; --loopback runs both on this host (server as a child process).
 
+Against perftest's binaries (ib_write_bw ... ib_atomic_lat, either role):
+nothing to add. rdmakit recognizes perftest's exchange on the connection and
+speaks it, for all eight tests, -s, -a, -q, -n (RC, iterations, one
+direction; ibverbs devices: build with -tags ibverbs; on RoCE give perftest
+the IPv4-mapped GID's index with -x). With a perftest peer, -b and -D are
+refused, and a write/read/atomic_bw server checks the client's message size.
+
   -a, --all                 all sizes from 2 B to 8 MiB
   -s, --size=N              message size (default 65536 bw, 2 lat, 8 atomic; K/M suffix)
   -n, --iters=N             iterations (default 5000 write_bw, 1000 otherwise)
@@ -47,9 +54,7 @@ the client; --loopback runs both on this host (server as a child process).
       --out_json=FILE       write the results as JSON
       --plot=FILE.png       draw the results against message size
       --loopback            run server and client on this host
-      --perftest-wire       speak perftest 4.5's own exchange: write_bw and send_bw
-                            against ib_write_bw/ib_send_bw (ibverbs devices, RoCE;
-                            the IPv4-mapped RoCE v2 GID: perftest's -x)
+      --perftest-wire       accepted (earlier releases needed it to talk to perftest)
   -x, --gid-index=N         source GID index (verbs.Options.GIDIndex; RoCE ports)
   -i, --ib-port=N           device port (default 1)
   -u, --qp-timeout=N        QP local ACK timeout exponent (default 14)
