@@ -185,7 +185,8 @@ func (l *latLoop) runWrite() error {
 				return false, nil
 			}
 			if err := l.w.wait(progress); err != nil {
-				return false, err
+				return false, fmt.Errorf("waiting for the peer's write %d (the byte at offset %d of the receive half holds %d): %w",
+					seq, last, byte(sys.Load32(mem, word)>>shift), err)
 			}
 		}
 		return true, nil
@@ -205,6 +206,9 @@ func (l *latLoop) runWrite() error {
 			return err
 		}
 		if ok, err := l.pollOne(l.e.scq, uint64(i)); !ok || err != nil {
+			if err != nil {
+				err = fmt.Errorf("waiting for the completion of write %d: %w", seq, err)
+			}
 			return err
 		}
 		if l.initiator {

@@ -237,6 +237,7 @@ type sizeRun struct {
 func (s *session) prepare(size int64) (*sizeRun, error) {
 	c := s.cfg
 	r := &sizeRun{}
+	s.w.start()
 	if c.Test.Kind == KindBW {
 		send := !s.server || c.Bidir
 		recv := c.Test.Verb == VerbSend && (s.server || c.Bidir)
@@ -248,7 +249,13 @@ func (s *session) prepare(size int64) (*sizeRun, error) {
 		}
 		return r, nil
 	}
-	r.lat = newLatLoop(s.e, s.w, size, !s.server)
+	// The client starts the ping-pong, except in perftest's write_lat,
+	// where its server does.
+	initiator := !s.server
+	if s.e.flat && c.Test.Verb == VerbWrite {
+		initiator = s.server
+	}
+	r.lat = newLatLoop(s.e, s.w, size, initiator)
 	return r, r.lat.postRecvs()
 }
 

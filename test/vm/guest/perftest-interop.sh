@@ -76,12 +76,11 @@ if [[ -x ./rdmakit ]] && command -v ib_write_bw > /dev/null; then
       pi_pair "" "$t" "$srv" --
     done
   done
+  pi_pair "-s 1024" write_bw rdmakit -s 1024 -- -s 1024
   for srv in perftest rdmakit; do
-    pi_pair "-s 1024" write_bw "$srv" -s 1024 -- -s 1024
     pi_pair "-s 65536 -q 2" write_bw "$srv" -s 65536 -q 2 -- -s 65536 -q 2
   done
   pi_pair "-s 4096 -q 2" send_bw rdmakit -s 4096 -q 2 -- -s 4096 -q 2
-  pi_pair "-s 8192 -q 2" read_bw perftest -s 8192 -q 2 -- -s 8192 -q 2
   # -a: every size from 2 bytes to 8 MiB (few iterations)
   PI_N_SAVE=$PI_N; PI_N=5
   pi_pair "-a" write_bw rdmakit -a -- -a
