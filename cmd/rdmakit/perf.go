@@ -69,11 +69,15 @@ refused, and a write/read/atomic_bw server checks the client's message size.
       --output=WHAT         print only bandwidth, message_rate or latency (t_avg), no header
       --report-both         with -b, print each direction's result before the sum
   -j, --source_ip=IP        the client's exchange connection comes from IP
+  -S, --sl=N                service level of the QPs' address (0..15; ibverbs devices)
+  -T, --tos=N               traffic class of the QPs' address, the IP ToS byte on
+                            RoCE v2 (0..255; ibverbs devices; perftest: with -R only)
+      --tclass=N            the same as -T
   -V, --version             print the version
 
 Accepted for perftest compatibility, with a one-line note on stderr saying
-why they change nothing here: -R/--rdma_cm, -z/--comm_rdma_cm, -S/--sl,
--T/--tos, -W/--report-counters, -C/--report-cycles, --mr_per_qp, --cpu_util,
+why they change nothing here: -R/--rdma_cm, -z/--comm_rdma_cm,
+-W/--report-counters, -C/--report-cycles, --mr_per_qp, --cpu_util,
 --perform_warm_up. --use_cuda and the other GPU memory flags are refused:
 this build has no GPU support. --run_infinitely is refused (use -D), and so
 are --use-srq, --reversed, --write_with_imm, multicast and rate limits.

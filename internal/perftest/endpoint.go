@@ -106,7 +106,7 @@ func (e *endpoint) connect(remote []qpInfo, peerIP net.IP) error {
 	for i, qp := range e.qps {
 		r := remote[i]
 		if err := qp.Modify(verbs.QPAttr{State: verbs.QPRTR, PathMTU: e.cfg.mtu, DestQPN: r.qpn, RQPSN: r.psn,
-			AH: verbs.AddressHandle{GID: peerIP, Dest: r.addr}, MinRNRTimer: 1, MaxDestRdAtomic: uint8(e.cfg.outReads)}); err != nil {
+			AH: verbs.AddressHandle{GID: peerIP, Dest: r.addr, SL: e.cfg.SL, TrafficClass: e.cfg.TrafficClass}, MinRNRTimer: 1, MaxDestRdAtomic: uint8(e.cfg.outReads)}); err != nil {
 			return fmt.Errorf("QP %d to RTR: %w", i, err)
 		}
 	}

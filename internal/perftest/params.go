@@ -164,6 +164,13 @@ type Options struct {
 	// perftest's ib_write_bw and ib_send_bw on an ibverbs device.
 	PerftestWire bool
 
+	// SL (-S) and TrafficClass (-T, --tclass) go into the QPs' address
+	// handle (verbs.AddressHandle): the service level on InfiniBand, the
+	// GRH traffic class (on RoCE v2 the IP ToS byte) on ibverbs devices;
+	// software devices ignore them.
+	SL           uint8
+	TrafficClass uint8
+
 	// GIDIndex is the source GID index (-x); it applies when SetGIDIndex
 	// is true and becomes verbs.Options{GIDIndex, SetGIDIndex}.
 	GIDIndex    int
@@ -465,8 +472,9 @@ func flags(o *Options) []flagSpec {
 		{'e', []string{"events"}, false, func(o *Options, _ string) error { o.Events = true; return nil }},
 		{'l', []string{"post_list"}, true, intArg("-l (post list)", 1, maxTx, func(n int64) { o.PostList = int(n) })},
 		{'u', []string{"qp-timeout"}, true, intArg("-u (QP timeout)", 0, 31, func(n int64) { o.QPTimeout, o.SetQPTimeout = int(n), true })},
-		{'S', []string{"sl"}, true, noteArg("-S (service level): no effect on rdmakit devices", numIn("-S (service level)", 0, 15))},
-		{'T', []string{"tos"}, true, noteArg("-T (type of service): no effect on rdmakit devices", numIn("-T (type of service)", 0, 256))},
+		{'S', []string{"sl"}, true, intArg("-S (service level)", 0, 15, func(n int64) { o.SL = uint8(n) })},
+		{'T', []string{"tos"}, true, intArg("-T (type of service)", 0, 255, func(n int64) { o.TrafficClass = uint8(n) })},
+		{0, []string{"tclass"}, true, intArg("--tclass (traffic class)", 0, 255, func(n int64) { o.TrafficClass = uint8(n) })},
 		{'W', []string{"report-counters"}, true, noteArg("-W (report counters): rdmakit devices have no performance counters to report", nil)},
 		{0, []string{"retry_count"}, true, intArg("--retry_count", 0, 7, func(n int64) { o.RetryCount, o.SetRetryCount = int(n), true })},
 		{0, []string{"mr_per_qp"}, false, note("--mr_per_qp: rdmakit always registers one memory region per QP")},
