@@ -65,6 +65,8 @@ refused, and a write/read/atomic_bw server checks the client's message size.
   -e, --events              sleep in the driver for completions instead of polling
   -o, --outs=N              outstanding reads and atomics per QP (read, atomic; default 16)
   -f, --margin=S            warm-up and cool-down of a -D run (default -D/4)
+      --run_infinitely      bw: run until interrupted, one result every -D seconds
+                            (default 5); SIGINT/SIGTERM on the client end both sides, exit 0
   -l, --post_list=N         post lists of N work requests, the last signaled (bw; -Q becomes N)
       --output=WHAT         print only bandwidth, message_rate or latency (t_avg), no header
       --report-both         with -b, print each direction's result before the sum
@@ -79,8 +81,8 @@ Accepted for perftest compatibility, with a one-line note on stderr saying
 why they change nothing here: -R/--rdma_cm, -z/--comm_rdma_cm,
 -W/--report-counters, -C/--report-cycles, --mr_per_qp, --cpu_util,
 --perform_warm_up. --use_cuda and the other GPU memory flags are refused:
-this build has no GPU support. --run_infinitely is refused (use -D), and so
-are --use-srq, --reversed, --write_with_imm, multicast and rate limits.
+this build has no GPU support. Refused with the reason: --use-srq,
+--reversed, --write_with_imm, multicast and rate limits.
 
 Also installed as ib_send_bw ... ib_atomic_lat: 'rdmakit ib_write_bw ...' or
 a symlink named ib_write_bw runs 'rdmakit perf write_bw ...'.

@@ -164,6 +164,12 @@ type Options struct {
 	// perftest's ib_write_bw and ib_send_bw on an ibverbs device.
 	PerftestWire bool
 
+	// Infinite (--run_infinitely) repeats a bandwidth test until the
+	// client is interrupted (SIGINT, SIGTERM: ctx ends), printing one
+	// result every Duration seconds (-D; default 5), with no warm-up or
+	// cool-down margin; both sides then end cleanly and Run returns nil.
+	Infinite bool
+
 	// SL (-S) and TrafficClass (-T, --tclass) go into the QPs' address
 	// handle (verbs.AddressHandle): the service level on InfiniBand, the
 	// GRH traffic class (on RoCE v2 the IP ToS byte) on ibverbs devices;
@@ -244,6 +250,9 @@ const (
 	maxCQMod     = 1024
 	maxInline    = 1024
 	maxSizeAll   = 1 << 23 // -a runs 2 B ... 8 MiB
+	// defInfinitePeriod is --run_infinitely's reporting period without -D
+	// (perftest's default duration).
+	defInfinitePeriod = 5
 	maxMsgSize   = 1<<31 - 1
 	cqModLimit   = 8192 // CQ moderation is disabled above this size
 	noPeakIters  = 20000
@@ -480,9 +489,7 @@ func flags(o *Options) []flagSpec {
 		{0, []string{"mr_per_qp"}, false, note("--mr_per_qp: rdmakit always registers one memory region per QP")},
 		{0, []string{"cpu_util"}, false, note("--cpu_util: CPU utilization is not reported")},
 		{0, []string{"perform_warm_up"}, false, note("--perform_warm_up: bandwidth tests always warm up (-t signaled operations per QP), as documented in docs/perf.md")},
-		{0, []string{"run_infinitely"}, false, func(*Options, string) error {
-			return usageErr("--run_infinitely is not supported by rdmakit perf; use -D SECONDS for a timed run")
-		}},
+		{0, []string{"run_infinitely"}, false, func(o *Options, _ string) error { o.Infinite = true; return nil }},
 	}
 }
 
@@ -622,6 +629,20 @@ func (o *Options) check() error {
 	t := o.Test
 	if !t.Valid() {
 		return usageErr("no test chosen")
+	}
+	if o.Infinite {
+		switch {
+		case t.Kind != KindBW:
+			return usageErr("--run_infinitely is only available in bandwidth tests")
+		case o.All:
+			return usageErr("--run_infinitely runs one size: drop -a")
+		case o.Bidir:
+			return usageErr("--run_infinitely runs one direction: drop -b")
+		case o.Loopback:
+			return usageErr("--run_infinitely: start the server and the client separately (no --loopback)")
+		case o.Margin != 0:
+			return usageErr("--run_infinitely measures every period whole: drop -f")
+		}
 	}
 	if o.Bidir && t.Kind == KindLat {
 		return usageErr("-b (bidirectional) is only available in bandwidth tests")
@@ -858,12 +879,18 @@ func (o Options) resolve(dev verbs.DeviceInfo) (*config, error) {
 			c.iters = defItersWB
 		}
 	}
-	if o.Duration > 0 {
+	if o.Infinite && c.Duration == 0 {
+		c.Duration = defInfinitePeriod
+	}
+	if c.Duration > 0 {
 		c.iters = 0
 		c.noPeak = true
-		c.margin = o.Duration / 4
+		c.margin = c.Duration / 4
 		if o.Margin > 0 {
 			c.margin = o.Margin
+		}
+		if o.Infinite {
+			c.margin = 0
 		}
 	}
 

@@ -64,7 +64,7 @@ func TestParseArgsErrors(t *testing.T) {
 		{[]string{"write_bw", "-Y"}, "unknown flag -Y"},
 		{[]string{"write_bw", "--use_cuda=0"}, "no GPU support in this build"},
 		{[]string{"write_bw", "--use_rocm", "0"}, "no GPU support in this build"},
-		{[]string{"write_bw", "--run_infinitely"}, "use -D"},
+		{[]string{"write_lat", "--run_infinitely"}, "only available in bandwidth tests"},
 		{[]string{"write_bw", "--output=latency"}, "--output=latency is for latency tests"},
 		{[]string{"write_lat", "--output=bandwidth"}, "for bandwidth tests"},
 		{[]string{"write_bw", "--output=x"}, "invalid --output"},

@@ -103,7 +103,7 @@ func findDevice(name string) (verbs.DeviceInfo, error) {
 // helloFor describes the client's configuration.
 func helloFor(c *config, dev string) hello {
 	return hello{version: wireVersion, test: c.Test, all: c.All, size: c.maxSize, iters: c.iters,
-		duration: c.Duration, qps: c.qps, bidir: c.Bidir, atomic: c.Atomic, conn: "RC", gbits: c.gbits,
+		duration: c.Duration, infinite: c.Infinite, qps: c.qps, bidir: c.Bidir, atomic: c.Atomic, conn: "RC", gbits: c.gbits,
 		device: dev, tx: c.tx, rx: c.rx, cqMod: c.cqMod, inline: c.inline, mtu: c.MTU}
 }
 
@@ -128,6 +128,8 @@ func compareHello(s, c hello) error {
 		return diff("-a (all sizes)", onoff(s.all, "-a"), onoff(c.all, "-a"), "give both or neither -a")
 	case !s.all && s.size != c.size:
 		return diff("the message size", "-s "+strconv.FormatInt(s.size, 10), "-s "+strconv.FormatInt(c.size, 10), "give both the same -s")
+	case s.infinite != c.infinite:
+		return diff("--run_infinitely", onoff(s.infinite, "--run_infinitely"), onoff(c.infinite, "--run_infinitely"), "give both or neither --run_infinitely")
 	case s.duration != c.duration:
 		return diff("-D (duration)", strconv.Itoa(s.duration), strconv.Itoa(c.duration), "give both the same -D (0: iterations)")
 	case s.duration == 0 && s.iters != c.iters:
@@ -155,6 +157,8 @@ type session struct {
 	w      *watch
 	server bool
 	res    []result
+	// inf is the loop --run_infinitely's periods share.
+	inf *sizeRun
 }
 
 // exchangeQPs sends this side's QP lines and reads the peer's (the client
@@ -228,8 +232,9 @@ func (s *session) printAddresses() {
 
 // sizeRun is this side's loop for one size (one of the two).
 type sizeRun struct {
-	bw  *bwLoop
-	lat *latLoop
+	bw     *bwLoop
+	lat    *latLoop
+	warmed bool
 }
 
 // prepare builds the loop for size and posts its receives; it runs before
@@ -241,7 +246,16 @@ func (s *session) prepare(size int64) (*sizeRun, error) {
 	if c.Test.Kind == KindBW {
 		send := !s.server || c.Bidir
 		recv := c.Test.Verb == VerbSend && (s.server || c.Bidir)
+		if c.Infinite && s.inf != nil {
+			// --run_infinitely: the next period continues the same loop
+			// (its queues and counters: work requests and receives of the
+			// previous period may still be outstanding).
+			return s.inf, nil
+		}
 		r.bw = newBWLoop(s.e, s.w, size, send, recv)
+		if c.Infinite {
+			s.inf = r
+		}
 		if recv {
 			if err := r.bw.postRecvs(); err != nil {
 				return nil, err
@@ -291,8 +305,11 @@ func (s *session) measure1(r *sizeRun, size int64) (result, []float64, error) {
 		return result{}, nil, nil
 	}
 	if r.bw != nil {
-		if err := r.bw.warmUp(); err != nil {
-			return result{}, nil, err
+		if !r.warmed {
+			if err := r.bw.warmUp(); err != nil {
+				return result{}, nil, err
+			}
+			r.warmed = true
 		}
 		st, err := r.bw.run()
 		if err != nil {
@@ -441,7 +458,43 @@ func runClient(ctx context.Context, o Options, env Env) (err error) {
 	}
 	s.printAddresses()
 	bar := newProgress(env, c)
-	for i, size := range c.sizes {
+	err = s.clientSizes(ctx, bar)
+	bar.clear()
+	stopped := false
+	if err != nil {
+		if !c.Infinite || ctx.Err() == nil {
+			return err
+		}
+		// --run_infinitely ends with an interrupt: the server is told, and
+		// both sides end as after the last size.
+		ctx, stopped = context.Background(), true
+	}
+	if err := k.send(line{kind: kindDone}); err != nil {
+		return err
+	}
+	for {
+		// Interrupted, the client may have asked for a period the server
+		// then declared itself ready for.
+		l, err := k.recvAny(ctx, stepTimeout, kindDone, kindReady)
+		if err != nil {
+			return err
+		}
+		if l.kind == kindDone {
+			break
+		}
+		if !stopped {
+			return fmt.Errorf("server sent READY where DONE was expected (%w)", errMalformed)
+		}
+	}
+	return s.finish(dev)
+}
+
+// clientSizes runs the client's sizes (with --run_infinitely, its one size
+// until ctx ends), each after the server said it is ready.
+func (s *session) clientSizes(ctx context.Context, bar *progress) error {
+	c, k := s.cfg, s.k
+	for i := 0; i < len(c.sizes) || c.Infinite; i++ {
+		size := c.sizes[min(i, len(c.sizes)-1)]
 		r, err := s.prepare(size)
 		if err != nil {
 			return err
@@ -483,14 +536,7 @@ func runClient(ctx context.Context, o Options, env Env) (err error) {
 		s.printResult(res, samples)
 		bar.update(i + 1)
 	}
-	bar.clear()
-	if err := k.send(line{kind: kindDone}); err != nil {
-		return err
-	}
-	if _, err := k.recv(ctx, kindDone, stepTimeout); err != nil {
-		return err
-	}
-	return s.finish(dev)
+	return nil
 }
 
 // dialCause strips a dial error down to its reason ("connection refused",
@@ -647,7 +693,7 @@ func runServer(ctx context.Context, o Options, env Env) (err error) {
 		if err != nil {
 			return fmt.Errorf("client: %w", err)
 		}
-		if i >= len(c.sizes) || size != c.sizes[i] {
+		if want := c.sizes[min(i, len(c.sizes)-1)]; size != want || (i >= len(c.sizes) && !c.Infinite) {
 			return fmt.Errorf("client asked for size %d out of turn (%w)", size, errMalformed)
 		}
 		r, err := s.prepare(size)
@@ -666,9 +712,19 @@ func runServer(ctx context.Context, o Options, env Env) (err error) {
 				return err
 			}
 		}
-		l, err = k.recv(ctx, kindResult, 0)
+		l, err = k.recvAny(ctx, 0, kindResult, kindDone)
 		if err != nil {
 			return err
+		}
+		if l.kind == kindDone && c.Infinite {
+			// The client was interrupted during this period.
+			if err := k.send(line{kind: kindDone}); err != nil {
+				return err
+			}
+			return s.finish(dev)
+		}
+		if l.kind == kindDone {
+			return fmt.Errorf("client ended during size %d (%w)", size, errMalformed)
 		}
 		res, err := parseResult(l)
 		if err != nil {
