@@ -234,31 +234,31 @@ const DefaultPort = 18515
 
 // Limits and defaults of perftest (perftest_parameters.h).
 const (
-	defSizeBW    = 65536
-	defSizeLat   = 2
-	defSizeAtom  = 8
-	defIters     = 1000
-	defItersWB   = 5000
-	defTxBW      = 128
-	defTxLat     = 1
-	defRxSend    = 512
-	defCQMod     = 100
-	minIter      = 5
-	maxTx        = 15000
-	maxRx        = 16384
-	maxQPs       = 16384
-	maxCQMod     = 1024
-	maxInline    = 1024
-	maxSizeAll   = 1 << 23 // -a runs 2 B ... 8 MiB
+	defSizeBW   = 65536
+	defSizeLat  = 2
+	defSizeAtom = 8
+	defIters    = 1000
+	defItersWB  = 5000
+	defTxBW     = 128
+	defTxLat    = 1
+	defRxSend   = 512
+	defCQMod    = 100
+	minIter     = 5
+	maxTx       = 15000
+	maxRx       = 16384
+	maxQPs      = 16384
+	maxCQMod    = 1024
+	maxInline   = 1024
+	maxSizeAll  = 1 << 23 // -a runs 2 B ... 8 MiB
 	// defInfinitePeriod is --run_infinitely's reporting period without -D
 	// (perftest's default duration).
 	defInfinitePeriod = 5
-	maxMsgSize   = 1<<31 - 1
-	cqModLimit   = 8192 // CQ moderation is disabled above this size
-	noPeakIters  = 20000
-	defInlineWr  = 220
-	defInlineSnd = 236
-	outReads     = 16
+	maxMsgSize        = 1<<31 - 1
+	cqModLimit        = 8192 // CQ moderation is disabled above this size
+	noPeakIters       = 20000
+	defInlineWr       = 220
+	defInlineSnd      = 236
+	outReads          = 16
 )
 
 // ErrUsage marks command-line mistakes (the CLI exits with status 2).
