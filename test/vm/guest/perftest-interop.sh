@@ -2,9 +2,9 @@
 # perftest-interop.sh - rdmakit perf against Debian's perftest binaries on
 # rxe (RoCE v2, the IPv4-mapped GID), with no special flag: rdmakit tells
 # perftest's exchange from its own. All eight tests in both roles, small
-# and 64 KiB sizes, -q 2, -a sweeps, and a write_bw size mismatch (which
-# must fail on rdmakit's side with a message naming -s). One RESULT line
-# per check.
+# and 64 KiB sizes, -q 2, -a sweeps, -S/-T, a write_bw size mismatch
+# (which must fail on rdmakit's side with a message naming -s) and perftest
+# -R (refused with a message naming it). One RESULT line per check.
 #
 # Sourced by ci-guest.sh (uses result(), LOG, RXE, RXE_IP); run on its own
 # (test/vm/run.sh ... -- bash perftest-interop.sh) it sets up rxe itself
@@ -81,6 +81,8 @@ if [[ -x ./rdmakit ]] && command -v ib_write_bw > /dev/null; then
     pi_pair "-s 65536 -q 2" write_bw "$srv" -s 65536 -q 2 -- -s 65536 -q 2
   done
   pi_pair "-s 4096 -q 2" send_bw rdmakit -s 4096 -q 2 -- -s 4096 -q 2
+  # Service level and traffic class in the address handle (perftest: --tclass).
+  pi_pair "-S 1 -T 96" write_bw rdmakit -S 1 -T 96 -- -S 1 --tclass=96
   # -a: every size from 2 bytes to 8 MiB (few iterations)
   PI_N_SAVE=$PI_N; PI_N=5
   pi_pair "-a" write_bw rdmakit -a -- -a
@@ -100,6 +102,13 @@ if [[ -x ./rdmakit ]] && command -v ib_write_bw > /dev/null; then
     result ok "perftest rxe write_bw size mismatch (perftest server)" "rc=$pi_rc/$pi_src: $(grep -h -- 'same -s' "$pi_base.client" | head -1)"
   else
     result FAIL "perftest rxe write_bw size mismatch (perftest server)" "rc=$pi_rc/$pi_src | $(tail -q -n 3 "$pi_base.client" "$pi_base.server" | tr '\n' ' ')"
+  fi
+  # perftest -R (rdma_cm QPs) is named as what does not interoperate.
+  pi_run write_bw rdmakit -- -R
+  if [[ $pi_src != 0 ]] && grep -q -- "without -R" "$pi_base.server"; then
+    result ok "perftest rxe write_bw -R refused clearly (rdmakit server)" "rc=$pi_rc/$pi_src: $(grep -h -- 'without -R' "$pi_base.server" | head -1)"
+  else
+    result FAIL "perftest rxe write_bw -R refused clearly (rdmakit server)" "rc=$pi_rc/$pi_src | $(tail -q -n 3 "$pi_base.client" "$pi_base.server" | tr '\n' ' ')"
   fi
 else
   result skip "perftest interop" "rdmakit or perftest missing"
