@@ -2,9 +2,10 @@ package collperf
 
 // The command line of coll-perf: nccl-tests' flags (common.cu's getopt
 // table), short and long, with nccl-tests' defaults, plus rdmakit's own
-// long flags. Parsed like getopt_long: "-b 8", "-b8", "--minbytes 8",
-// "--minbytes=8"; every nccl-tests short flag takes a value. rdmakit's
-// long flags also take one dash ("-ranks 2"), as Go's flag package did.
+// long flags. Parsed by internal/cli's getopt_long-style parser (shared
+// with rdmakit perf): "-b 8", "-b8", "--minbytes 8", "--minbytes=8";
+// every nccl-tests short flag but -h takes a value. rdmakit's long flags
+// also take one dash ("-ranks 2"), as Go's flag package did.
 // A positional argument other than the collective's name is an error.
 
 import (
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	"github.com/rdmakit/rdmakit/coll"
+	"github.com/rdmakit/rdmakit/internal/cli"
 )
 
 // errHelp is returned by parseFlags for -h/--help.
@@ -246,74 +248,23 @@ func canonical(name string) string {
 // (all_reduce, allreduce, ...; with or without nccl-tests' "_perf").
 func IsCollective(name string) bool { return canonical(name) != "" }
 
-func findLong(name string) *collFlag {
-	for i := range collFlags {
-		for _, l := range collFlags[i].long {
-			if l == name {
-				return &collFlags[i]
-			}
-		}
-	}
-	return nil
-}
-
 // parseFlags parses coll-perf's arguments: the collective (first
 // positional argument) and flags, in any order.
 func parseFlags(args []string) (collPerfFlags, error) {
 	p := defaultFlags()
-	var pos []string
-	for i := 0; i < len(args); i++ {
-		a := args[i]
-		if a == "--" {
-			pos = append(pos, args[i+1:]...)
-			break
+	g := cli.Getopt{Usagef: usagef, Hint: "coll-perf -h lists the flags"}
+	for k := range collFlags {
+		f := &collFlags[k]
+		arg := cli.NoArg
+		if f.hasArg {
+			arg = cli.RequiredArg
 		}
-		if len(a) < 2 || a[0] != '-' {
-			pos = append(pos, a)
-			continue
-		}
-		var f *collFlag
-		var val string
-		hasVal := false
-		display := a
-		if strings.HasPrefix(a, "--") {
-			var name string
-			name, val, hasVal = strings.Cut(a[2:], "=")
-			display = "--" + name
-			if f = findLong(name); f == nil {
-				return p, usagef("unknown flag %s (coll-perf -h lists the flags)", display)
-			}
-		} else if name, v, hv := strings.Cut(a[1:], "="); len(name) > 1 && findLong(name) != nil && findLong(name).rdmakit {
-			f, val, hasVal, display = findLong(name), v, hv, "-"+name
-		} else {
-			display = a[:2]
-			for k := range collFlags {
-				if collFlags[k].short == a[1] {
-					f = &collFlags[k]
-				}
-			}
-			if f == nil {
-				return p, usagef("unknown flag %s (coll-perf -h lists the flags)", display)
-			}
-			if len(a) > 2 {
-				if !f.hasArg {
-					return p, usagef("flag %s takes no value (in %q)", display, a)
-				}
-				val, hasVal = a[2:], true
-			}
-		}
-		if f.hasArg && !hasVal {
-			if i+1 >= len(args) {
-				return p, usagef("flag %s needs a value", display)
-			}
-			i++
-			val = args[i]
-		} else if !f.hasArg && hasVal {
-			return p, usagef("flag %s takes no value", display)
-		}
-		if err := f.set(&p, val); err != nil {
-			return p, err
-		}
+		g.Flags = append(g.Flags, cli.Flag{Short: f.short, Long: f.long, Arg: arg, SingleDash: f.rdmakit,
+			Set: func(v string, _ bool) error { return f.set(&p, v) }})
+	}
+	pos, err := g.Parse(args)
+	if err != nil {
+		return p, err
 	}
 	if len(pos) == 0 {
 		return p, usagef("missing the collective (one of %s)", strings.Join(collectiveNames(), ", "))

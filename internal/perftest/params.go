@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/rdmakit/rdmakit/internal/cli"
 	"github.com/rdmakit/rdmakit/verbs"
 )
 
@@ -366,6 +367,26 @@ var unsupported = map[string]string{
 	"use_old_post_send": "there is one post interface",
 }
 
+// unknownFlag explains the perftest flags rdmakit perf knows and refuses;
+// nil for the others ("unknown flag").
+func unknownFlag(name string, long bool) error {
+	if !long {
+		if l, ok := unsupportedShort[name[0]]; ok {
+			return usageErr("-%s (--%s) is not supported by rdmakit perf: %s", name, l, unsupported[l])
+		}
+		return nil
+	}
+	if why := unsupported[name]; why != "" {
+		return usageErr("--%s is not supported by rdmakit perf: %s", name, why)
+	}
+	for _, g := range gpuFlags {
+		if g.name == name {
+			return fmt.Errorf("%w: --%s: %w: rdmakit perf measures host memory only", ErrUsage, name, ErrNoGPU)
+		}
+	}
+	return nil
+}
+
 // unsupportedShort are the short names of unsupported flags.
 var unsupportedShort = map[byte]string{'g': "mcg", 'M': "MGID", 'w': "limit_bw", 'y': "limit_msgrate"}
 
@@ -516,89 +537,21 @@ func parseSize(v string) (int64, error) {
 // ParseArgs parses the arguments of `rdmakit perf` (after the subcommand):
 // TEST, flags, and an optional server address, in any order, with
 // perftest's short and long flag names ("-s 64", "-s64", "--size=64",
-// "--size 64"; boolean short flags may be bundled, "-aF").
+// "--size 64"; boolean short flags may be bundled, "-aF"), by internal/cli.Getopt.
 func ParseArgs(args []string) (Options, error) {
 	var o Options
-	specs := flags(&o)
-	var pos []string
-	for i := 0; i < len(args); i++ {
-		a := args[i]
-		if a == "--" {
-			pos = append(pos, args[i+1:]...)
-			break
+	g := cli.Getopt{Usagef: usageErr, Unknown: unknownFlag, Hint: "rdmakit perf -h lists the flags"}
+	for _, sp := range flags(&o) {
+		arg := cli.NoArg
+		if sp.hasArg {
+			arg = cli.RequiredArg
 		}
-		if len(a) < 2 || a[0] != '-' {
-			pos = append(pos, a)
-			continue
-		}
-		if strings.HasPrefix(a, "--") {
-			name, val, hasVal := strings.Cut(a[2:], "=")
-			var sp *flagSpec
-			for k := range specs {
-				for _, l := range specs[k].long {
-					if l == name {
-						sp = &specs[k]
-					}
-				}
-			}
-			if sp == nil {
-				if why := unsupported[name]; why != "" {
-					return o, usageErr("--%s is not supported by rdmakit perf: %s", name, why)
-				}
-				for _, g := range gpuFlags {
-					if g.name == name {
-						return o, fmt.Errorf("%w: --%s: %w: rdmakit perf measures host memory only", ErrUsage, name, ErrNoGPU)
-					}
-				}
-				return o, usageErr("unknown flag --%s (rdmakit perf -h lists the flags)", name)
-			}
-			if sp.hasArg && !hasVal {
-				if i+1 >= len(args) {
-					return o, usageErr("flag --%s needs a value", name)
-				}
-				i++
-				val = args[i]
-			} else if !sp.hasArg && hasVal {
-				return o, usageErr("flag --%s takes no value", name)
-			}
-			if err := sp.set(&o, val); err != nil {
-				return o, err
-			}
-			continue
-		}
-		// Short flags, possibly bundled.
-		for j := 1; j < len(a); j++ {
-			var sp *flagSpec
-			for k := range specs {
-				if specs[k].short != 0 && specs[k].short == a[j] {
-					sp = &specs[k]
-				}
-			}
-			if sp == nil {
-				if long, ok := unsupportedShort[a[j]]; ok {
-					return o, usageErr("-%c (--%s) is not supported by rdmakit perf: %s", a[j], long, unsupported[long])
-				}
-				return o, usageErr("unknown flag -%c (rdmakit perf -h lists the flags)", a[j])
-			}
-			if !sp.hasArg {
-				if err := sp.set(&o, ""); err != nil {
-					return o, err
-				}
-				continue
-			}
-			val := a[j+1:]
-			if val == "" {
-				if i+1 >= len(args) {
-					return o, usageErr("flag -%c needs a value", a[j])
-				}
-				i++
-				val = args[i]
-			}
-			if err := sp.set(&o, val); err != nil {
-				return o, err
-			}
-			break
-		}
+		g.Flags = append(g.Flags, cli.Flag{Short: sp.short, Long: sp.long, Arg: arg,
+			Set: func(v string, _ bool) error { return sp.set(&o, v) }})
+	}
+	pos, err := g.Parse(args)
+	if err != nil {
+		return o, err
 	}
 	if o.Version {
 		return o, ErrVersion
