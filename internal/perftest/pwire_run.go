@@ -93,10 +93,6 @@ type pwSession struct {
 	p    *pwConn
 	mine []pwKey
 	rem  []pwKey
-	// cm: the QPs were connected through rdma_cm (perftest -R); cmClose
-	// disconnects them.
-	cm      bool
-	cmClose func()
 }
 
 // keys exchanges every QP's key message.
@@ -127,13 +123,7 @@ func (s *pwSession) handshakeT(i int, timeout time.Duration) error {
 	switch {
 	case i == len(s.rem) && k.qpn == 0 && k.gid == [16]byte{}:
 		// perftest -R sends an empty key before it connects over rdma_cm.
-		if s.cm || cmConnect == nil {
-			return fmt.Errorf("the %s (perftest) connects its QPs through rdma_cm (-R), which this build of rdmakit perf does not speak with perftest: run perftest without -R", s.p.peer)
-		}
-		if err := s.viaCM(); err != nil {
-			return err
-		}
-		return s.handshakeT(i, timeout)
+		return fmt.Errorf("the %s (perftest) connects its QPs through rdma_cm (-R), which rdmakit perf does not speak with perftest: run perftest without -R", s.p.peer)
 	case i == len(s.rem):
 		s.rem = append(s.rem, k)
 	case i > len(s.rem) || k != s.rem[i]:
@@ -276,51 +266,18 @@ func runPWire(ctx context.Context, o Options, env Env, conn net.Conn, server boo
 			vaddr: q.vaddr + uint64(s.e.half), gid: gid})
 	}
 	printHeader(env.Stdout, c, dev, server)
-	defer func() {
-		if s.cmClose != nil {
-			s.cmClose()
-		}
-	}()
 	if err := s.run(); err != nil {
 		return s.explainPW(err)
 	}
 	return s.finish(dev)
 }
 
-// viaCM is perftest's create_rdma_cm_connection after its first (empty)
-// handshake: every QP connected through rdma_cm on the exchange's port,
-// then one more handshake of empty keys.
-func (s *pwSession) viaCM() error {
-	s.cm = true
-	local, peer := tcpIP(s.p.conn.LocalAddr()), tcpIP(s.p.conn.RemoteAddr())
-	closer, err := cmConnect(s.w.ctx, s.e, s.server, local, peer, s.cfg.port)
-	if err != nil {
-		return fmt.Errorf("the %s (perftest -R) connects its QPs through rdma_cm: %w", s.p.peer, err)
-	}
-	s.cmClose = closer
-	_, err = s.p.xchg(s.mine[0].encode(), pwKeyLen, stepTimeout)
-	return err
-}
-
-func tcpIP(a net.Addr) net.IP {
-	if t, ok := a.(*net.TCPAddr); ok {
-		return t.IP
-	}
-	return nil
-}
-
-// connect moves the QPs to RTS with the peer's keys (ctx_connect); after
-// rdma_cm (perftest -R) they are connected already and only the keys are
-// recorded.
+// connect moves the QPs to RTS with the peer's keys (ctx_connect).
 func (s *pwSession) connect() error {
 	remote := make([]qpInfo, len(s.rem))
 	for i, k := range s.rem {
 		remote[i] = qpInfo{lid: k.lid, outReads: k.outReads, qpn: k.qpn, psn: k.psn, rkey: k.rkey,
 			vaddr: k.vaddr, srqn: k.srqn, idx: i, addr: append([]byte(nil), k.gid[:]...)}
-	}
-	if s.cm {
-		s.e.remote = remote
-		return nil
 	}
 	return s.e.connect(remote, nil)
 }
