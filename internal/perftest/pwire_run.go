@@ -121,9 +121,6 @@ func (s *pwSession) handshakeT(i int, timeout time.Duration) error {
 		return fmt.Errorf("%s: %w", s.p.peer, err)
 	}
 	switch {
-	case i == len(s.rem) && k.qpn == 0 && k.gid == [16]byte{}:
-		// perftest -R sends an empty key before it connects over rdma_cm.
-		return fmt.Errorf("the %s (perftest) connects its QPs through rdma_cm (-R), which rdmakit perf does not speak with perftest: run perftest without -R", s.p.peer)
 	case i == len(s.rem):
 		s.rem = append(s.rem, k)
 	case i > len(s.rem) || k != s.rem[i]:

@@ -394,7 +394,7 @@ func runClient(ctx context.Context, o Options, env Env) (err error) {
 	d := net.Dialer{Timeout: dialTimeout, LocalAddr: sourceAddr(o.SourceIP)}
 	conn, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
-		return fmt.Errorf("cannot reach server %s: %w", addr, dialCause(err))
+		return fmt.Errorf("cannot reach server %s: %w%s", addr, dialCause(err), refusedHint(err))
 	}
 	perftest, err := greet(conn, true, "server")
 	if err != nil {
@@ -537,6 +537,15 @@ func (s *session) clientSizes(ctx context.Context, bar *progress) error {
 		bar.update(i + 1)
 	}
 	return nil
+}
+
+// refusedHint explains a refused connection: no server on the port, or a
+// perftest server run with -R, which listens through rdma_cm only.
+func refusedHint(err error) string {
+	if errors.Is(err, syscall.ECONNREFUSED) {
+		return " (no server on that port; a perftest server run with -R or -z listens through rdma_cm, which rdmakit perf does not speak: run it without -R)"
+	}
+	return ""
 }
 
 // dialCause strips a dial error down to its reason ("connection refused",

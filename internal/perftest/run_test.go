@@ -203,7 +203,8 @@ func TestUnreachable(t *testing.T) {
 	}
 	start := time.Now()
 	err = Run(context.Background(), o, Env{Stdout: &syncBuffer{}})
-	want := "cannot reach server 127.0.0.1:" + strconv.Itoa(port) + ": connection refused"
+	want := "cannot reach server 127.0.0.1:" + strconv.Itoa(port) + ": connection refused (no server on that port; " +
+		"a perftest server run with -R or -z listens through rdma_cm, which rdmakit perf does not speak: run it without -R)"
 	if err == nil || err.Error() != want {
 		t.Errorf("error %v, want %q", err, want)
 	}
