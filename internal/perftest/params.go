@@ -160,9 +160,8 @@ type Options struct {
 	// Loopback runs the server as a child process on this host and this
 	// process as the client.
 	Loopback bool
-	// PerftestWire speaks perftest 4.5's own out-of-band exchange
-	// (pwire.go) instead of rdmakit's, to run write_bw and send_bw against
-	// perftest's ib_write_bw and ib_send_bw on an ibverbs device.
+	// PerftestWire is accepted for earlier releases' --perftest-wire: a
+	// perftest peer is now recognized by its first message (pwire_run.go).
 	PerftestWire bool
 
 	// Infinite (--run_infinitely) repeats a bandwidth test until the

@@ -169,6 +169,8 @@ func checkPWire(o Options) error {
 	switch {
 	case o.Bidir:
 		return usageErr("the peer is perftest: -b (bidirectional) runs only between rdmakit peers")
+	case o.Infinite:
+		return usageErr("the peer is perftest: --run_infinitely runs only between rdmakit peers")
 	case o.Duration > 0:
 		return usageErr("the peer is perftest: -D (duration) runs only between rdmakit peers; give -n")
 	}

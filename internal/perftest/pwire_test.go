@@ -152,7 +152,7 @@ func TestPWIBAddr(t *testing.T) {
 
 func TestPWireChecks(t *testing.T) {
 	wbw, _ := ParseTest("write_bw")
-	for _, o := range []Options{{Test: wbw, Bidir: true}, {Test: wbw, Duration: 2}} {
+	for _, o := range []Options{{Test: wbw, Bidir: true}, {Test: wbw, Duration: 2}, {Test: wbw, Infinite: true}} {
 		if err := checkPWire(o); err == nil {
 			t.Errorf("%+v accepted", o)
 		}
