@@ -30,8 +30,11 @@ Against perftest's binaries (ib_write_bw ... ib_atomic_lat, either role):
 nothing to add. rdmakit recognizes perftest's exchange on the connection and
 speaks it, for all eight tests, -s, -a, -q, -n (RC, iterations, one
 direction; ibverbs devices: build with -tags ibverbs; on RoCE give perftest
-the IPv4-mapped GID's index with -x). With a perftest peer, -b and -D are
-refused, and a write/read/atomic_bw server checks the client's message size.
+the IPv4-mapped GID's index with -x). With a perftest peer, -b, -D and
+--run_infinitely are refused, and a write/read/atomic_bw server checks the
+client's message size. perftest's -R/-z (its exchange over rdma_cm) is not
+spoken: run perftest without them. (--perftest-wire of earlier releases is
+accepted and not needed.)
 
   -a, --all                 all sizes from 2 B to 8 MiB
   -s, --size=N              message size (default 65536 bw, 2 lat, 8 atomic; K/M suffix)
@@ -54,7 +57,6 @@ refused, and a write/read/atomic_bw server checks the client's message size.
       --out_json=FILE       write the results as JSON
       --plot=FILE.png       draw the results against message size
       --loopback            run server and client on this host
-      --perftest-wire       accepted (earlier releases needed it to talk to perftest)
   -x, --gid-index=N         source GID index (verbs.Options.GIDIndex; RoCE ports)
   -i, --ib-port=N           device port (default 1)
   -u, --qp-timeout=N        QP local ACK timeout exponent (default 14)
@@ -81,12 +83,14 @@ Accepted for perftest compatibility, with a one-line note on stderr saying
 why they change nothing here: -R/--rdma_cm, -z/--comm_rdma_cm,
 -W/--report-counters, -C/--report-cycles, --mr_per_qp, --cpu_util,
 --perform_warm_up. --use_cuda and the other GPU memory flags are refused:
-this build has no GPU support. Refused with the reason: --use-srq,
---reversed, --write_with_imm, multicast and rate limits.
+this build has no GPU support. Refused with the reason: -O (one port),
+--use-srq, --reversed, --write_with_imm, multicast and rate limits.
+Exit status: 0 success (also --run_infinitely ended by SIGINT/SIGTERM),
+1 failure, 2 usage error, 128+N on signal N. (perftest exits 1 for all of
+these, -h and --version included.)
 
 Also installed as ib_send_bw ... ib_atomic_lat: 'rdmakit ib_write_bw ...' or
 a symlink named ib_write_bw runs 'rdmakit perf write_bw ...'.
-Exit status: 0 success, 1 failure, 2 usage error, 128+N on signal N.
 `
 
 func runPerf(args []string) int {
