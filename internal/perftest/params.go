@@ -935,8 +935,10 @@ func (o Options) resolve(dev verbs.DeviceInfo) (*config, error) {
 	if o.IBPort > nports {
 		return nil, usageErr("-i %d: device %s has %d port(s)", o.IBPort, dev.Name, nports)
 	}
-	if o.DualPort && nports < 2 {
-		return nil, usageErr("-O (dual-port) needs a device with two ports; %s has %d", dev.Name, nports)
+	if o.DualPort {
+		// Even on a two-port RNIC: QPs spread over two ports are not
+		// implemented, and a silent single-port run would mislead.
+		return nil, usageErr("-O (dual-port): spreading the QPs over two ports is not implemented; rdmakit perf runs them on one port (-i; %s has %d)", dev.Name, nports)
 	}
 	port := max(o.IBPort, 1) - 1
 	active := verbs.MTU4096
