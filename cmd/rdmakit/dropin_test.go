@@ -151,7 +151,7 @@ func TestCollPerfFormat(t *testing.T) {
 	for _, re := range []string{
 		`(?m)^# nccl-tests version rdmakit-\S+ nccl-headers=0 nccl-library=0$`,
 		`(?m)^# Collective test starting: reduce_scatter_perf$`,
-		`(?m)^# nThread 1 nGpus 1 minBytes 64 maxBytes 64 step: 1048576\(bytes\) warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0 unalign: 0$`,
+		`(?m)^# nThread 1 nGpus 1 minBytes 64 maxBytes 64 step: 1048576\(bytes\) warmup iters: 1 iters: 20 agg iters: 1 validation: 1 graph: 0 unalign: 0$`,
 		`(?m)^#\n# Using devices\n#  Rank  0 Group  0 Pid +\d+ on +\S+ device `,
 		`(?m)^#       size         count      type   redop    root     time   algbw   busbw  #wrong     time   algbw   busbw  #wrong $`,
 		`(?m)^# Out of bounds values : 0 OK$`,

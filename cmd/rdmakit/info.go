@@ -58,8 +58,16 @@ func runInfo(args []string) int {
 		fmt.Fprintf(os.Stderr, "rdmakit info: %v\n", err)
 		return 1
 	}
+	if ibverbsNote != nil && dev == "" {
+		devs, _ := verbs.Devices()
+		io.WriteString(os.Stderr, ibverbsNote(devs, ""))
+	}
 	return 0
 }
+
+// ibverbsNote, set in the ibverbs build, says what to do when libibverbs
+// finds no device ("" when it finds one); sysRoot prefixes /sys.
+var ibverbsNote func(devs []verbs.DeviceInfo, sysRoot string) string
 
 // printInfo writes the device list; a transport that fails to list its
 // devices is reported after the others.

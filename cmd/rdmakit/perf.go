@@ -26,6 +26,16 @@ TEST: send_bw send_lat write_bw write_lat read_bw read_lat atomic_bw atomic_lat
 (ib_ prefix accepted). Without an address this side is the server, with one
 the client; --loopback runs both on this host (server as a child process).
 
+Against perftest's binaries (ib_write_bw ... ib_atomic_lat, either role):
+nothing to add. rdmakit recognizes perftest's exchange on the connection and
+speaks it, for all eight tests, -s, -a, -q, -n (RC, iterations, one
+direction; ibverbs devices: build with -tags ibverbs; on RoCE give perftest
+the IPv4-mapped GID's index with -x). With a perftest peer, -b, -D and
+--run_infinitely are refused, and a write/read/atomic_bw server checks the
+client's message size. perftest's -R/-z (its exchange over rdma_cm) is not
+spoken: run perftest without them. (--perftest-wire of earlier releases is
+accepted and not needed.)
+
   -a, --all                 all sizes from 2 B to 8 MiB
   -s, --size=N              message size (default 65536 bw, 2 lat, 8 atomic; K/M suffix)
   -n, --iters=N             iterations (default 5000 write_bw, 1000 otherwise)
@@ -47,9 +57,6 @@ the client; --loopback runs both on this host (server as a child process).
       --out_json=FILE       write the results as JSON
       --plot=FILE.png       draw the results against message size
       --loopback            run server and client on this host
-      --perftest-wire       speak perftest 4.5's own exchange: write_bw and send_bw
-                            against ib_write_bw/ib_send_bw (ibverbs devices, RoCE;
-                            the IPv4-mapped RoCE v2 GID: perftest's -x)
   -x, --gid-index=N         source GID index (verbs.Options.GIDIndex; RoCE ports)
   -i, --ib-port=N           device port (default 1)
   -u, --qp-timeout=N        QP local ACK timeout exponent (default 14)
@@ -60,22 +67,30 @@ the client; --loopback runs both on this host (server as a child process).
   -e, --events              sleep in the driver for completions instead of polling
   -o, --outs=N              outstanding reads and atomics per QP (read, atomic; default 16)
   -f, --margin=S            warm-up and cool-down of a -D run (default -D/4)
+      --run_infinitely      bw: run until interrupted, one result every -D seconds
+                            (default 5); SIGINT/SIGTERM on the client end both sides, exit 0
   -l, --post_list=N         post lists of N work requests, the last signaled (bw; -Q becomes N)
       --output=WHAT         print only bandwidth, message_rate or latency (t_avg), no header
       --report-both         with -b, print each direction's result before the sum
   -j, --source_ip=IP        the client's exchange connection comes from IP
+  -S, --sl=N                service level of the QPs' address (0..15; ibverbs devices)
+  -T, --tos=N               traffic class of the QPs' address, the IP ToS byte on
+                            RoCE v2 (0..255; ibverbs devices; perftest: with -R only)
+      --tclass=N            the same as -T
   -V, --version             print the version
 
 Accepted for perftest compatibility, with a one-line note on stderr saying
-why they change nothing here: -R/--rdma_cm, -z/--comm_rdma_cm, -S/--sl,
--T/--tos, -W/--report-counters, -C/--report-cycles, --mr_per_qp, --cpu_util,
+why they change nothing here: -R/--rdma_cm, -z/--comm_rdma_cm,
+-W/--report-counters, -C/--report-cycles, --mr_per_qp, --cpu_util,
 --perform_warm_up. --use_cuda and the other GPU memory flags are refused:
-this build has no GPU support. --run_infinitely is refused (use -D), and so
-are --use-srq, --reversed, --write_with_imm, multicast and rate limits.
+this build has no GPU support. Refused with the reason: -O (one port),
+--use-srq, --reversed, --write_with_imm, multicast and rate limits.
+Exit status: 0 success (also --run_infinitely ended by SIGINT/SIGTERM),
+1 failure, 2 usage error, 128+N on signal N. (perftest exits 1 for all of
+these, -h and --version included.)
 
 Also installed as ib_send_bw ... ib_atomic_lat: 'rdmakit ib_write_bw ...' or
 a symlink named ib_write_bw runs 'rdmakit perf write_bw ...'.
-Exit status: 0 success, 1 failure, 2 usage error, 128+N on signal N.
 `
 
 func runPerf(args []string) int {

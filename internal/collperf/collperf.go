@@ -30,6 +30,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"runtime/pprof"
 	"strconv"
 	"strings"
@@ -326,6 +327,27 @@ func collRun(ctx context.Context, c *coll.Comm, t collTest, p *collPerfFlags, ou
 		return 1
 	}
 
+	// -J: nccl-tests' JSON (FILE.json) or rdmakit's CSV (FILE.csv), rank 0.
+	var rep *jsonReport
+	var repFile *os.File
+	if p.outFile != "" && c.Rank() == 0 {
+		switch ext := strings.ToLower(filepath.Ext(p.outFile)); ext {
+		case ".json":
+			f, name, err := createExclusive(p.outFile)
+			if err != nil {
+				fmt.Fprintf(out, "# skipping json output; %s not accessible\n", name)
+				break
+			}
+			fmt.Fprintf(out, "# Writing JSON output to %s\n", name)
+			repFile, rep = f, newJSONReport(p, os.Args, os.Environ(), time.Now())
+			defer repFile.Close()
+		case ".csv":
+			p.csv = p.outFile
+		default:
+			fmt.Fprintf(out, "# skipping output file %s: -J writes FILE.json (nccl-tests' JSON) or FILE.csv\n", p.outFile)
+		}
+	}
+
 	// Preamble, like nccl-tests'.
 	prog := t.name + "_perf"
 	step, stepKind := p.stepBytes, "bytes"
@@ -343,9 +365,13 @@ func collRun(ctx context.Context, c *coll.Comm, t collTest, p *collPerfFlags, ou
 		fmt.Fprintf(out, "# Parallel Init Enabled: threads call into NcclInitRank concurrently \n")
 	}
 	fmt.Fprintf(out, "#\n# Using devices\n")
-	if err := collRankLines(ctx, c, out); err != nil {
+	devs, err := collRankLines(ctx, c, out)
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "coll-perf:", err)
 		return 1
+	}
+	if rep != nil {
+		rep.Devices = devs
 	}
 	timeStr := "time"
 	if p.cpuTime != 0 {
@@ -353,10 +379,15 @@ func collRun(ctx context.Context, c *coll.Comm, t collTest, p *collPerfFlags, ou
 	}
 	fmt.Fprintf(out, "#\n")
 	fmt.Fprintf(out, "# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          \n", "", "", "", "", "")
-	fmt.Fprintf(out, "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s \n", "size", "count", "type", "redop", "root",
-		timeStr, "algbw", "busbw", "#wrong", timeStr, "algbw", "busbw", "#wrong")
-	fmt.Fprintf(out, "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s \n", "(B)", "(elements)", "", "", "",
-		"(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "")
+	// -S: a timestamp column (nccl-tests' writeResultHeader).
+	tsLbl, tsPad, tsFmt := "", 0, ""
+	if p.timestamps != 0 {
+		tsLbl, tsPad, tsFmt = "timestamp", 19, "%Y-%m-%d %H:%M:%S"
+	}
+	fmt.Fprintf(out, "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s %*s\n", "size", "count", "type", "redop", "root",
+		timeStr, "algbw", "busbw", "#wrong", timeStr, "algbw", "busbw", "#wrong", tsPad, tsLbl)
+	fmt.Fprintf(out, "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s %*s\n", "(B)", "(elements)", "", "", "",
+		"(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "", tsPad, tsFmt)
 
 	var csv *os.File
 	if p.csv != "" && c.Rank() == 0 {
@@ -370,7 +401,10 @@ func collRun(ctx context.Context, c *coll.Comm, t collTest, p *collPerfFlags, ou
 		fmt.Fprintf(csv, "collective,size,count,type,redop,root,oop_%s_us,oop_algbw_GBps,oop_busbw_GBps,oop_wrong,ip_%s_us,ip_algbw_GBps,ip_busbw_GBps,ip_wrong\n", timeStr, timeStr)
 	}
 
-	bw, bwN, wrongTotal := 0.0, 0, int64(0)
+	// failed counts the measurements with wrong elements (nccl-tests'
+	// "Out of bounds values" counts them once per thread of every process:
+	// here once per rank over -g).
+	bw, bwN, failed := 0.0, 0, 0
 	for cycle := 0; p.runCycles == 0 || cycle < p.runCycles; cycle++ {
 		if ctx.Err() != nil {
 			return 1
@@ -378,6 +412,21 @@ func collRun(ctx context.Context, c *coll.Comm, t collTest, p *collPerfFlags, ou
 		for _, dt := range types {
 			for _, op := range ops {
 				for _, root := range roots {
+					// nccl-tests' warm-up: -w collectives out of place at
+					// every size from -b to -e, doubling, before the sweep.
+					for size := p.minBytes; p.warmup > 0 && size <= p.maxBytes; size *= 2 {
+						sc, rc, pc := t.counts(size, dt.Size(), n)
+						b := collBench{c: c, t: t, dt: dt, op: op, root: max(root, 0), send: send[:sc*dt.Size()], recv: recv[:rc*dt.Size()], param: pc}
+						for k := 0; k < p.warmup; k++ {
+							if err := b.run(ctx); err != nil {
+								fmt.Fprintf(os.Stderr, "coll-perf: rank %d: warm-up: %s %s %s size %d: %v\n", c.Rank(), t.name, dt, op, size, err)
+								return 1
+							}
+						}
+						if size == 0 {
+							break
+						}
+					}
 					for size := p.minBytes; size <= p.maxBytes; {
 						es := dt.Size()
 						sc, rc, pc := t.counts(size, es, n)
@@ -386,13 +435,19 @@ func collRun(ctx context.Context, c *coll.Comm, t collTest, p *collPerfFlags, ou
 							opName = op.String()
 						}
 						fmt.Fprintf(out, "%12d  %12d  %8s  %6s  %6d", max(sc, rc)*es, pc, dt.NCCLName(), opName, root)
+						var jr *jsonResult
+						if rep != nil {
+							rep.Results = append(rep.Results, jsonResult{Size: max(sc, rc) * es, Count: pc, Type: dt.NCCLName(),
+								RedOp: opName, Root: fmt.Sprintf("%6d", root), ActualIters: p.iters})
+							jr = &rep.Results[len(rep.Results)-1]
+						}
 						if csv != nil {
 							fmt.Fprintf(csv, "%s,%d,%d,%s,%s,%d", t.name, max(sc, rc)*es, pc, dt.NCCLName(), opName, root)
 						}
 						for _, inPlace := range []bool{false, true} {
 							b := collBench{c: c, t: t, dt: dt, op: op, root: max(root, 0), send: send[:sc*es], recv: recv[:rc*es], param: pc, inPlace: inPlace,
 								agg: p.aggIters, blocking: p.blocking != 0}
-							sec, err := b.time(ctx, p.warmup, p.iters)
+							sec, err := b.time(ctx, 0, p.iters)
 							if err == nil {
 								sec, err = collAggregate(ctx, c, scratch, sec, p.average)
 							}
@@ -422,9 +477,22 @@ func collRun(ctx context.Context, c *coll.Comm, t collTest, p *collPerfFlags, ou
 							if csv != nil {
 								fmt.Fprintf(csv, ",%g,%g,%g,%s", sec*1e6, algbw, busbw, wrongStr)
 							}
-							wrongTotal += wrong
+							if jr != nil {
+								f := figures(p.cpuTime != 0, sec*1e6, algbw, busbw, p.check > 0, wrong)
+								if inPlace {
+									jr.InPlace = f
+								} else {
+									jr.OutOfPlace = f
+								}
+							}
+							if wrong > 0 {
+								failed++
+							}
 							bw += busbw
 							bwN++
+						}
+						if p.timestamps != 0 {
+							fmt.Fprintf(out, "%21s", time.Now().Format(jsonTimeFormat))
 						}
 						fmt.Fprintf(out, "\n")
 						if csv != nil {
@@ -440,10 +508,7 @@ func collRun(ctx context.Context, c *coll.Comm, t collTest, p *collPerfFlags, ou
 			}
 		}
 	}
-	errs := 0
-	if wrongTotal > 0 {
-		errs = 1
-	}
+	errs := failed * max(n/max(p.nGpus, 1), 1)
 	status := "OK"
 	if errs > 0 {
 		status = "FAILED"
@@ -463,6 +528,17 @@ func collRun(ctx context.Context, c *coll.Comm, t collTest, p *collPerfFlags, ou
 	fmt.Fprintf(out, "# %-20s : %s %s\n", "Avg bus bandwidth", cFloatG(avg), bwStatus)
 	fmt.Fprintf(out, "#\n")
 	fmt.Fprintf(out, "# Collective test concluded: %s\n", prog)
+	if rep != nil {
+		rep.OutOfBounds = jsonCheck{Count: errs, Okay: errs == 0}
+		rep.AvgBusBW = jsonAvgBW{Bandwidth: jsonFloat(avg), Okay: "unchecked"}
+		if minBW >= 0 {
+			rep.AvgBusBW.Okay = avg >= 0.9*minBW
+		}
+		if err := rep.write(repFile, time.Now()); err != nil {
+			fmt.Fprintln(os.Stderr, "coll-perf: writing", p.outFile+":", err)
+			return 1
+		}
+	}
 	if errs > 0 || bwStatus == "FAILED" {
 		return 1
 	}
@@ -534,7 +610,7 @@ func ncclFloatStr(v float64, width int) string {
 // rank 0, e.g.
 //
 //	#  Rank  0 Group  0 Pid   1234 on     host-a device rxe_dum [ibverbs port 1] rdmakit coll
-func collRankLines(ctx context.Context, c *coll.Comm, out io.Writer) error {
+func collRankLines(ctx context.Context, c *coll.Comm, out io.Writer) ([]jsonDevice, error) {
 	const recLen = 256
 	n := c.Size()
 	host, _ := os.Hostname()
@@ -554,15 +630,17 @@ func collRankLines(ctx context.Context, c *coll.Comm, out io.Writer) error {
 	copy(rec[160:recLen-1], kind)
 	all := make([]byte, recLen*n)
 	if err := c.AllGather(ctx, rec, all, coll.Uint8); err != nil {
-		return err
+		return nil, err
 	}
+	var devices []jsonDevice
 	str := func(b []byte) string { return strings.TrimRight(string(b), "\x00") }
 	for r := 0; r < n; r++ {
 		e := all[r*recLen : (r+1)*recLen]
-		fmt.Fprintf(out, "#  Rank %2d Group %2d Pid %6d on %10s device %s [%s] rdmakit coll\n", r, 0,
-			binary.LittleEndian.Uint32(e), str(e[4:64]), str(e[64:160]), str(e[160:]))
+		pid, host, dev, kind := binary.LittleEndian.Uint32(e), str(e[4:64]), str(e[64:160]), str(e[160:])
+		fmt.Fprintf(out, "#  Rank %2d Group %2d Pid %6d on %10s device %s [%s] rdmakit coll\n", r, 0, pid, host, dev, kind)
+		devices = append(devices, jsonDevice{Rank: r, Pid: int(pid), Hostname: host, Device: r, DeviceHex: kind, DeviceInfo: dev + " rdmakit coll"})
 	}
-	return nil
+	return devices, nil
 }
 
 // collAggregate combines a per-rank time as nccl-tests' -a says.

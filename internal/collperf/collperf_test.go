@@ -3,14 +3,16 @@ package collperf
 import (
 	"bytes"
 	"context"
-	"github.com/rdmakit/rdmakit/internal/reexec"
+	"encoding/json"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/rdmakit/rdmakit/coll"
+	"github.com/rdmakit/rdmakit/internal/reexec"
 )
 
 // The test binary acts as rdmakit coll-perf (and as its rank processes)
@@ -173,6 +175,72 @@ func TestNCCLFloat(t *testing.T) {
 	}{{12.3456, 7, "  12.35"}, {123456.7, 7, " 123457"}, {0.001, 6, "  0.00"}, {1234.5, 6, "1234.5"}, {12345678, 7, "1.2e+07"}} {
 		if got := ncclFloatStr(tc.v, tc.width); got != tc.want {
 			t.Errorf("%v/%d: %q want %q", tc.v, tc.width, got, tc.want)
+		}
+	}
+}
+
+// TestJSONOutput: -J FILE.json writes nccl-tests' JSON report (file
+// version 3: config, devices, one record per size with out_of_place and
+// in_place figures, the summary); an existing file is kept and FILE.json.0
+// written instead, as nccl-tests does.
+func TestJSONOutput(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "r.json")
+	os.WriteFile(path, []byte("keep"), 0o644)
+	out, errOut, code := collPerf(t, "all_reduce", "--ranks", "2", "-b", "1K", "-e", "4K", "-f", "2", "-n", "2", "-J", path, "-S", "1")
+	if code != 0 {
+		t.Fatalf("exit %d\n%s\n%s", code, out, errOut)
+	}
+	if !strings.Contains(out, "# Writing JSON output to "+path+".0\n") || !strings.Contains(out, "timestamp\n") {
+		t.Errorf("output:\n%s", out)
+	}
+	if b, _ := os.ReadFile(path); string(b) != "keep" {
+		t.Errorf("existing file overwritten: %q", b)
+	}
+	b, err := os.ReadFile(path + ".0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r struct {
+		Version int `json:"version"`
+		Config  struct {
+			MinimumBytes int  `json:"minimum_bytes"`
+			StepFactor   *int `json:"step_factor"`
+			WarmupIters  int  `json:"warmup_iters"`
+		} `json:"config"`
+		Devices []struct {
+			Rank int `json:"rank"`
+		} `json:"devices"`
+		Results []struct {
+			Size       int                `json:"size"`
+			Root       string             `json:"root"`
+			OutOfPlace map[string]float64 `json:"out_of_place"`
+			InPlace    map[string]float64 `json:"in_place"`
+		} `json:"results"`
+		OutOfBounds struct {
+			Count int  `json:"count"`
+			Okay  bool `json:"okay"`
+		} `json:"out_of_bounds"`
+		AvgBusBW struct {
+			Bandwidth float64 `json:"bandwidth"`
+			Okay      string  `json:"okay"`
+		} `json:"average_bus_bandwidth"`
+		EndTime string `json:"end_time"`
+	}
+	if err := json.Unmarshal(b, &r); err != nil {
+		t.Fatalf("%v\n%s", err, b)
+	}
+	if r.Version != 3 || r.Config.MinimumBytes != 1024 || r.Config.StepFactor == nil || *r.Config.StepFactor != 2 ||
+		r.Config.WarmupIters != 1 || len(r.Devices) != 2 || len(r.Results) != 3 || !r.OutOfBounds.Okay ||
+		r.AvgBusBW.Okay != "unchecked" || r.AvgBusBW.Bandwidth <= 0 || r.EndTime == "" {
+		t.Errorf("report %+v", r)
+	}
+	for i, res := range r.Results {
+		if res.Size != 1024<<i || res.Root != "    -1" || res.OutOfPlace["time"] <= 0 || res.InPlace["bus_bw"] <= 0 {
+			t.Errorf("result %d: %+v", i, res)
+		}
+		if _, ok := res.OutOfPlace["nwrong"]; !ok {
+			t.Errorf("result %d: no nwrong", i)
 		}
 	}
 }

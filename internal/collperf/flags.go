@@ -2,9 +2,10 @@ package collperf
 
 // The command line of coll-perf: nccl-tests' flags (common.cu's getopt
 // table), short and long, with nccl-tests' defaults, plus rdmakit's own
-// long flags. Parsed like getopt_long: "-b 8", "-b8", "--minbytes 8",
-// "--minbytes=8"; every nccl-tests short flag takes a value. rdmakit's
-// long flags also take one dash ("-ranks 2"), as Go's flag package did.
+// long flags. Parsed by internal/cli's getopt_long-style parser (shared
+// with rdmakit perf): "-b 8", "-b8", "--minbytes 8", "--minbytes=8";
+// every nccl-tests short flag but -h takes a value. rdmakit's long flags
+// also take one dash ("-ranks 2"), as Go's flag package did.
 // A positional argument other than the collective's name is an error.
 
 import (
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	"github.com/rdmakit/rdmakit/coll"
+	"github.com/rdmakit/rdmakit/internal/cli"
 )
 
 // errHelp is returned by parseFlags for -h/--help.
@@ -48,6 +50,8 @@ type collPerfFlags struct {
 	ranks                         int
 	timeout                       time.Duration
 	csv                           string
+	outFile                       string // -J: .json (nccl-tests) or .csv
+	timestamps                    int
 	cpuProfile                    string
 	opts                          coll.Options
 	// notes are one line each about flags that cannot apply here.
@@ -58,7 +62,7 @@ type collPerfFlags struct {
 func defaultFlags() collPerfFlags {
 	return collPerfFlags{
 		minBytes: 32 << 20, maxBytes: 32 << 20, stepBytes: 1 << 20, stepFactor: 1,
-		iters: 20, warmup: 5, aggIters: 1, runCycles: 1, check: 1, average: 1,
+		iters: 20, warmup: 1, aggIters: 1, runCycles: 1, check: 1, average: 1,
 		nThreads: 1, nGpus: 1, ops: "sum", types: "float",
 	}
 }
@@ -99,6 +103,21 @@ func sizeFlag(name string, dst func(p *collPerfFlags) *int) func(*collPerfFlags,
 	}
 }
 
+// noteFlag accepts a number in [lo, hi] that changes nothing here, and
+// leaves a one-line note when it is not nccl-tests' default def.
+func noteFlag(text string, lo, hi, def int) func(*collPerfFlags, string) error {
+	return func(p *collPerfFlags, v string) error {
+		var n int
+		if err := intFlag(text[:strings.Index(text, ")")+1], lo, hi, func(*collPerfFlags) *int { return &n })(p, v); err != nil {
+			return err
+		}
+		if n != def {
+			p.note(text)
+		}
+		return nil
+	}
+}
+
 func (p *collPerfFlags) note(s string) {
 	for _, n := range p.notes {
 		if n == s {
@@ -119,7 +138,7 @@ var collFlags = []collFlag{
 	{'f', []string{"stepfactor"}, false, true, "multiplication factor between sizes (default 1: add -i)", intFlag("-f (stepfactor)", 0, 1<<20, func(p *collPerfFlags) *int { return &p.stepFactor })},
 	{'n', []string{"iters"}, false, true, "timed iterations (default 20)", intFlag("-n (iters)", 1, maxInt, func(p *collPerfFlags) *int { return &p.iters })},
 	{'m', []string{"agg_iters"}, false, true, "collectives per timed iteration (default 1); time is per collective", intFlag("-m (agg_iters)", 1, 1<<20, func(p *collPerfFlags) *int { return &p.aggIters })},
-	{'w', []string{"warmup_iters"}, false, true, "warm-up iterations (default 5)", intFlag("-w (warmup_iters)", 0, maxInt, func(p *collPerfFlags) *int { return &p.warmup })},
+	{'w', []string{"warmup_iters"}, false, true, "warm-up iterations at each size, doubling from -b to -e, before the sweep (default 1)", intFlag("-w (warmup_iters)", 0, maxInt, func(p *collPerfFlags) *int { return &p.warmup })},
 	{'N', []string{"run_cycles"}, false, true, "run the whole sweep this many times (default 1; 0: until interrupted)", intFlag("-N (run_cycles)", 0, maxInt, func(p *collPerfFlags) *int { return &p.runCycles })},
 	{'p', []string{"parallel_init"}, false, true, "0/1: ranks always initialize in parallel here (1 prints nccl-tests' line)", intFlag("-p (parallel_init)", 0, 1, func(p *collPerfFlags) *int { return &p.parallelInit })},
 	{'c', []string{"check"}, false, true, "check results this many times per size (default 1; 0: off)", intFlag("-c (check)", 0, maxInt, func(p *collPerfFlags) *int { return &p.check })},
@@ -160,13 +179,29 @@ var collFlags = []collFlag{
 	{'G', []string{"cudagraph"}, false, true, "CUDA graph launches; accepted, no effect (no CUDA)", intFlag("-G (cudagraph)", 0, maxInt, func(p *collPerfFlags) *int { return &p.cudaGraph })},
 	{'C', []string{"report_cputime"}, false, true, "0/1: 1 labels the time column cputime (times are host wall-clock either way)", intFlag("-C (report_cputime)", 0, 1, func(p *collPerfFlags) *int { return &p.cpuTime })},
 	{'a', []string{"average"}, false, true, "time reported across ranks: 0 rank 0, 1 average (default), 2 minimum, 3 maximum", intFlag("-a (average)", 0, 3, func(p *collPerfFlags) *int { return &p.average })},
-	{'F', []string{"output_file", "csv"}, false, true, "also write the results to this CSV file (rank 0)", func(p *collPerfFlags, v string) error {
+	{'J', []string{"output_file"}, false, true, "also write the results to FILE.json in nccl-tests' JSON (rank 0; FILE.csv: rdmakit's CSV)", func(p *collPerfFlags, v string) error {
+		if v == "" {
+			return usagef("-J needs a file name")
+		}
+		p.outFile = v
+		return nil
+	}},
+	{'S', []string{"report_timestamps"}, false, true, "0/1: 1 ends each result line with the time it was measured", intFlag("-S (report_timestamps)", 0, 1, func(p *collPerfFlags) *int { return &p.timestamps })},
+	{'F', []string{"csv"}, true, true, "also write the results to this CSV file (rank 0; rdmakit's columns, not an nccl-tests flag)", func(p *collPerfFlags, v string) error {
 		if v == "" {
 			return usagef("-F needs a file name")
 		}
 		p.csv = v
 		return nil
 	}},
+	{'R', []string{"local_register"}, false, true, "0/1/2: buffer registration; accepted, buffers are always registered here", noteFlag("-R (local_register): coll-perf's buffers are always registered with the communicator", 0, 2, 0)},
+	{'x', []string{"cta_policy"}, false, true, "CUDA CTA policy; accepted, no effect (no CUDA)", noteFlag("-x (cta_policy): no CUDA here, no effect", -1, maxInt, -1)},
+	{'D', []string{"device_implementation"}, false, true, "device API implementation; accepted, 0 only (no CUDA)", noteFlag("-D (device_implementation): no CUDA device API here; the host implementation runs", 0, maxInt, 0)},
+	{'V', []string{"device_cta_count"}, false, true, "device API CTAs; accepted, no effect (no CUDA)", noteFlag("-V (device_cta_count): no CUDA here, no effect", 1, 127, 16)},
+	{'M', []string{"memory"}, false, true, "0/1: GPU memory report; accepted, no effect (no GPU memory)", noteFlag("-M (memory): there is no GPU memory to report", 0, 1, 0)},
+	{'u', []string{"unalign"}, false, true, "misalign the buffers by this many elements; accepted, 0 only here", noteFlag("-u (unalign): buffers stay aligned here (the header says unalign: 0)", 0, maxInt, 0)},
+	{'I', []string{"per_iter_timing"}, false, true, "0/1: per-iteration timing columns; accepted, not reported here", noteFlag("-I (per_iter_timing): per-iteration columns are not reported", 0, 1, 0)},
+	{'K', []string{"per_iter_skip"}, false, true, "samples -I skips; accepted, no effect", noteFlag("-K (per_iter_skip): applies to -I, which is not reported", 0, maxInt, 0)},
 	{'h', []string{"help"}, false, false, "print this help", func(*collPerfFlags, string) error { return errHelp }},
 	{0, []string{"version"}, false, false, "print the version", func(*collPerfFlags, string) error { return errVersion }},
 	{0, []string{"ranks"}, true, true, "start this many local rank processes (when no launcher provides ranks)", intFlag("--ranks", 1, maxInt, func(p *collPerfFlags) *int { return &p.ranks })},
@@ -213,74 +248,23 @@ func canonical(name string) string {
 // (all_reduce, allreduce, ...; with or without nccl-tests' "_perf").
 func IsCollective(name string) bool { return canonical(name) != "" }
 
-func findLong(name string) *collFlag {
-	for i := range collFlags {
-		for _, l := range collFlags[i].long {
-			if l == name {
-				return &collFlags[i]
-			}
-		}
-	}
-	return nil
-}
-
 // parseFlags parses coll-perf's arguments: the collective (first
 // positional argument) and flags, in any order.
 func parseFlags(args []string) (collPerfFlags, error) {
 	p := defaultFlags()
-	var pos []string
-	for i := 0; i < len(args); i++ {
-		a := args[i]
-		if a == "--" {
-			pos = append(pos, args[i+1:]...)
-			break
+	g := cli.Getopt{Usagef: usagef, Hint: "coll-perf -h lists the flags"}
+	for k := range collFlags {
+		f := &collFlags[k]
+		arg := cli.NoArg
+		if f.hasArg {
+			arg = cli.RequiredArg
 		}
-		if len(a) < 2 || a[0] != '-' {
-			pos = append(pos, a)
-			continue
-		}
-		var f *collFlag
-		var val string
-		hasVal := false
-		display := a
-		if strings.HasPrefix(a, "--") {
-			var name string
-			name, val, hasVal = strings.Cut(a[2:], "=")
-			display = "--" + name
-			if f = findLong(name); f == nil {
-				return p, usagef("unknown flag %s (coll-perf -h lists the flags)", display)
-			}
-		} else if name, v, hv := strings.Cut(a[1:], "="); len(name) > 1 && findLong(name) != nil && findLong(name).rdmakit {
-			f, val, hasVal, display = findLong(name), v, hv, "-"+name
-		} else {
-			display = a[:2]
-			for k := range collFlags {
-				if collFlags[k].short == a[1] {
-					f = &collFlags[k]
-				}
-			}
-			if f == nil {
-				return p, usagef("unknown flag %s (coll-perf -h lists the flags)", display)
-			}
-			if len(a) > 2 {
-				if !f.hasArg {
-					return p, usagef("flag %s takes no value (in %q)", display, a)
-				}
-				val, hasVal = a[2:], true
-			}
-		}
-		if f.hasArg && !hasVal {
-			if i+1 >= len(args) {
-				return p, usagef("flag %s needs a value", display)
-			}
-			i++
-			val = args[i]
-		} else if !f.hasArg && hasVal {
-			return p, usagef("flag %s takes no value", display)
-		}
-		if err := f.set(&p, val); err != nil {
-			return p, err
-		}
+		g.Flags = append(g.Flags, cli.Flag{Short: f.short, Long: f.long, Arg: arg, SingleDash: f.rdmakit,
+			Set: func(v string, _ bool) error { return f.set(&p, v) }})
+	}
+	pos, err := g.Parse(args)
+	if err != nil {
+		return p, err
 	}
 	if len(pos) == 0 {
 		return p, usagef("missing the collective (one of %s)", strings.Join(collectiveNames(), ", "))

@@ -11,13 +11,17 @@ import (
 func TestParseFlagsNCCLTests(t *testing.T) {
 	short := []string{"all_reduce", "-t", "1", "-g", "2", "-b", "8", "-e", "128M", "-i", "4K", "-f", "2", "-n", "7", "-m", "3",
 		"-w", "0", "-N", "4", "-p", "1", "-c", "0", "-o", "max", "-d", "int32", "-r", "1", "-z", "1", "-y", "1", "-T", "30",
-		"-G", "2", "-C", "1", "-a", "2", "-F", "out.csv"}
+		"-G", "2", "-C", "1", "-a", "2", "-J", "out.json", "-S", "1", "-R", "1", "-x", "0", "-D", "0", "-V", "16", "-M", "1",
+		"-u", "0", "-I", "1", "-K", "2"}
 	long := []string{"--nthreads=1", "--ngpus", "2", "--minbytes=8", "--maxbytes", "128M", "--stepbytes=4K", "--stepfactor", "2",
 		"--iters=7", "--agg_iters=3", "--warmup_iters=0", "--run_cycles=4", "--parallel_init=1", "--check=0", "--op=max",
 		"--datatype=int32", "--root=1", "--blocking=1", "--stream_null=1", "--timeout=30", "--cudagraph=2",
-		"--report_cputime=1", "--average=2", "--output_file=out.csv", "all_reduce"}
+		"--report_cputime=1", "--average=2", "--output_file=out.json", "--report_timestamps=1", "--local_register=1",
+		"--cta_policy=0", "--device_implementation=0", "--device_cta_count=16", "--memory=1", "--unalign=0",
+		"--per_iter_timing=1", "--per_iter_skip=2", "all_reduce"}
 	glued := []string{"all_reduce_perf", "-t1", "-g2", "-b8", "-e128M", "-i4K", "-f2", "-n7", "-m3", "-w0", "-N4", "-p1", "-c0",
-		"-omax", "-dint32", "-r1", "-z1", "-y1", "-T30", "-G2", "-C1", "-a2", "-Fout.csv"}
+		"-omax", "-dint32", "-r1", "-z1", "-y1", "-T30", "-G2", "-C1", "-a2", "-Jout.json", "-S1", "-R1", "-x0", "-D0", "-V16",
+		"-M1", "-u0", "-I1", "-K2"}
 	for _, args := range [][]string{short, long, glued} {
 		p, err := parseFlags(args)
 		if err != nil {
@@ -27,12 +31,22 @@ func TestParseFlagsNCCLTests(t *testing.T) {
 			p.stepFactor != 2 || p.iters != 7 || p.aggIters != 3 || p.warmup != 0 || p.runCycles != 4 || p.parallelInit != 1 ||
 			p.check != 0 || p.ops != "max" || p.types != "int32" || p.root != 1 || p.blocking != 1 || p.streamNull != 1 ||
 			p.timeout != 30*time.Second || p.opts.Timeout != 30*time.Second || p.cudaGraph != 2 || p.cpuTime != 1 ||
-			p.average != 2 || p.csv != "out.csv" {
+			p.average != 2 || p.outFile != "out.json" || p.timestamps != 1 || p.csv != "" {
 			t.Errorf("%q: parsed %+v", args, p)
 		}
-		// -G and -y cannot apply: one note each, one line.
-		if len(p.notes) != 2 || !strings.HasPrefix(p.notes[0], "-G") || !strings.HasPrefix(p.notes[1], "-y") {
-			t.Errorf("%q: notes %q", args, p.notes)
+		// -G, -y, -R, -x, -M, -I and -K (off their defaults) cannot apply: one
+		// note each, one line (-x 0 too: its default is -1); -D, -V and -u at
+		// their defaults say nothing.
+		want := map[string]bool{"-G": true, "-y": true, "-R": true, "-x": true, "-M": true, "-I": true, "-K": true}
+		for _, n := range p.notes {
+			f, _, _ := strings.Cut(n, " ")
+			if !want[f] || strings.Contains(n, "\n") {
+				t.Errorf("%q: note %q: want one line about one of -G -y -R -x -M -I -K", args, n)
+			}
+			delete(want, f)
+		}
+		if len(want) != 0 {
+			t.Errorf("%q: no note for %v (notes %q)", args, want, p.notes)
 		}
 	}
 }
@@ -44,9 +58,9 @@ func TestParseFlagsDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	if p.minBytes != 32<<20 || p.maxBytes != 32<<20 || p.stepBytes != 1<<20 || p.stepFactor != 1 || p.iters != 20 ||
-		p.warmup != 5 || p.aggIters != 1 || p.runCycles != 1 || p.check != 1 || p.average != 1 || p.root != 0 ||
+		p.warmup != 1 || p.aggIters != 1 || p.runCycles != 1 || p.check != 1 || p.average != 1 || p.root != 0 ||
 		p.ops != "sum" || p.types != "float" || p.nThreads != 1 || p.nGpus != 1 || p.blocking != 0 || p.timeout != 0 ||
-		p.cudaGraph != 0 || p.cpuTime != 0 || p.csv != "" || len(p.notes) != 0 {
+		p.cudaGraph != 0 || p.cpuTime != 0 || p.csv != "" || p.outFile != "" || p.timestamps != 0 || len(p.notes) != 0 {
 		t.Errorf("defaults: %+v", p)
 	}
 	// rdmakit's own long flags, with two dashes or one.
@@ -73,7 +87,8 @@ func TestParseFlagsErrors(t *testing.T) {
 		{[]string{"all_reduce", "-b", "8", "-e", "64", "100"}, `unexpected argument "100"`},
 		{[]string{"all_reduc"}, `unknown collective "all_reduc"`},
 		{[]string{"-b", "8"}, "missing the collective"},
-		{[]string{"all_reduce", "-x", "1"}, "unknown flag -x"},
+		{[]string{"all_reduce", "-q", "1"}, "unknown flag -q"},
+		{[]string{"all_reduce", "-V", "200"}, "-V (device_cta_count) must be between 1 and 127"},
 		{[]string{"all_reduce", "--bogus"}, "unknown flag --bogus"},
 		{[]string{"all_reduce", "-b"}, "flag -b needs a value"},
 		{[]string{"all_reduce", "-b", "2M", "-e", "1M"}, "invalid sizes for 'minbytes' and 'maxbytes'"},

@@ -133,13 +133,19 @@ func newBWLoop(e *endpoint, w *watch, size int64, send, recv bool) *bwLoop {
 func opWR(e *endpoint, q int, size int64) verbs.SendWR {
 	mr, r := e.mrs[q], e.remote[q]
 	half := uint64(e.half)
+	// Writes and atomics land in the peer's second half, reads come from
+	// its first; against perftest both are its advertised address.
+	dst, src := r.vaddr+half, r.vaddr
+	if e.flat {
+		dst = r.vaddr
+	}
 	switch e.cfg.Test.Verb {
 	case VerbWrite:
-		return verbs.SendWR{Opcode: verbs.OpWrite, SGL: []verbs.SGE{mr.SGE(0, int(size))}, RemoteAddr: r.vaddr + half, RKey: r.rkey}
+		return verbs.SendWR{Opcode: verbs.OpWrite, SGL: []verbs.SGE{mr.SGE(0, int(size))}, RemoteAddr: dst, RKey: r.rkey}
 	case VerbRead:
-		return verbs.SendWR{Opcode: verbs.OpRead, SGL: []verbs.SGE{mr.SGE(int(half), int(size))}, RemoteAddr: r.vaddr, RKey: r.rkey}
+		return verbs.SendWR{Opcode: verbs.OpRead, SGL: []verbs.SGE{mr.SGE(int(half), int(size))}, RemoteAddr: src, RKey: r.rkey}
 	case VerbAtomic:
-		wr := verbs.SendWR{Opcode: verbs.OpFetchAndAdd, SGL: []verbs.SGE{mr.SGE(0, 8)}, RemoteAddr: r.vaddr + half, RKey: r.rkey, CompareAdd: 1}
+		wr := verbs.SendWR{Opcode: verbs.OpFetchAndAdd, SGL: []verbs.SGE{mr.SGE(0, 8)}, RemoteAddr: dst, RKey: r.rkey, CompareAdd: 1}
 		if e.cfg.Atomic == CmpAndSwap {
 			wr.Opcode, wr.CompareAdd, wr.Swap = verbs.OpCompareAndSwap, 0, 1
 		}

@@ -8,7 +8,10 @@ package perftest
 // line): the first is the source of this side's Writes and Sends, the
 // target of the peer's Reads and this side's atomic results; the second
 // receives the peer's Writes and Sends, this side's Reads, and holds the
-// word the peer's atomics work on.
+// word the peer's atomics work on. Against perftest (pwire_run.go) the
+// halves are at least perftest's cycle buffer long, this side advertises
+// its second half, and the peer's advertised address is the target of
+// every operation (flat).
 
 import (
 	"fmt"
@@ -29,10 +32,13 @@ type endpoint struct {
 	psns   []uint32
 	half   int64
 	remote []qpInfo
+	// flat: the peer's advertised address is where its buffer for this
+	// side's operations starts (perftest's layout), not its region's start.
+	flat bool
 }
 
 func openEndpoint(cfg *config, dev verbs.DeviceInfo) (_ *endpoint, err error) {
-	e := &endpoint{cfg: cfg, dev: dev, half: roundUp(cfg.maxSize)}
+	e := &endpoint{cfg: cfg, dev: dev, half: roundUp(max(cfg.maxSize, cfg.minHalf))}
 	e.ctx, err = verbs.Open(dev.Name, verbs.Options{GIDIndex: cfg.GIDIndex, SetGIDIndex: cfg.SetGIDIndex})
 	if err != nil {
 		return nil, fmt.Errorf("opening %s: %w", dev.Name, err)
@@ -83,7 +89,7 @@ func openEndpoint(cfg *config, dev verbs.DeviceInfo) (_ *endpoint, err error) {
 func (e *endpoint) local(i int) qpInfo {
 	q := qpInfo{qpn: e.qps[i].Num(), psn: e.psns[i], rkey: e.mrs[i].RKey(), vaddr: e.mrs[i].Addr(),
 		idx: i, addr: e.qps[i].Address()}
-	if e.cfg.Test.Verb == VerbRead {
+	if e.cfg.Test.Verb == VerbRead || e.cfg.Test.Verb == VerbAtomic {
 		q.outReads = uint16(e.cfg.outReads)
 	}
 	return q
@@ -100,7 +106,7 @@ func (e *endpoint) connect(remote []qpInfo, peerIP net.IP) error {
 	for i, qp := range e.qps {
 		r := remote[i]
 		if err := qp.Modify(verbs.QPAttr{State: verbs.QPRTR, PathMTU: e.cfg.mtu, DestQPN: r.qpn, RQPSN: r.psn,
-			AH: verbs.AddressHandle{GID: peerIP, Dest: r.addr}, MinRNRTimer: 1, MaxDestRdAtomic: uint8(e.cfg.outReads)}); err != nil {
+			AH: verbs.AddressHandle{GID: peerIP, Dest: r.addr, SL: e.cfg.SL, TrafficClass: e.cfg.TrafficClass}, MinRNRTimer: 1, MaxDestRdAtomic: uint8(e.cfg.outReads)}); err != nil {
 			return fmt.Errorf("QP %d to RTR: %w", i, err)
 		}
 	}

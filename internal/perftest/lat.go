@@ -57,7 +57,9 @@ func newLatLoop(e *endpoint, w *watch, size int64, initiator bool) *latLoop {
 	if cfg.Test.Verb == VerbSend {
 		l.rf = newRefill(e, 0, size, l.iters)
 	}
-	if initiator && l.iters > 0 {
+	// Against perftest (e.flat) the responder measures too, as perftest's
+	// does: its posts are a round trip apart as well.
+	if (initiator || e.flat) && l.iters > 0 {
 		l.tposted = make([]int64, l.iters)
 	}
 	if cfg.Duration > 0 {
@@ -183,7 +185,8 @@ func (l *latLoop) runWrite() error {
 				return false, nil
 			}
 			if err := l.w.wait(progress); err != nil {
-				return false, err
+				return false, fmt.Errorf("waiting for the peer's write %d (the byte at offset %d of the receive half holds %d): %w",
+					seq, last, byte(sys.Load32(mem, word)>>shift), err)
 			}
 		}
 		return true, nil
@@ -194,7 +197,8 @@ func (l *latLoop) runWrite() error {
 			if ok, err := wait(seq, uint64(i)); !ok || err != nil {
 				return err
 			}
-		} else if l.tposted != nil {
+		}
+		if l.tposted != nil {
 			l.tposted[i] = l.now()
 		}
 		mem[last] = seq
@@ -202,6 +206,9 @@ func (l *latLoop) runWrite() error {
 			return err
 		}
 		if ok, err := l.pollOne(l.e.scq, uint64(i)); !ok || err != nil {
+			if err != nil {
+				err = fmt.Errorf("waiting for the completion of write %d: %w", seq, err)
+			}
 			return err
 		}
 		if l.initiator {
@@ -230,7 +237,8 @@ func (l *latLoop) runSend() error {
 			if ok, err := recv(i); !ok || err != nil {
 				return err
 			}
-		} else if l.tposted != nil {
+		}
+		if l.tposted != nil {
 			l.tposted[i] = l.now()
 		}
 		signaled := (i+1)%cqMod == 0 || (l.iters > 0 && i == l.iters-1)

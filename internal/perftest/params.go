@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/rdmakit/rdmakit/internal/cli"
 	"github.com/rdmakit/rdmakit/verbs"
 )
 
@@ -159,10 +160,22 @@ type Options struct {
 	// Loopback runs the server as a child process on this host and this
 	// process as the client.
 	Loopback bool
-	// PerftestWire speaks perftest 4.5's own out-of-band exchange
-	// (pwire.go) instead of rdmakit's, to run write_bw and send_bw against
-	// perftest's ib_write_bw and ib_send_bw on an ibverbs device.
+	// PerftestWire is accepted for earlier releases' --perftest-wire: a
+	// perftest peer is now recognized by its first message (pwire_run.go).
 	PerftestWire bool
+
+	// Infinite (--run_infinitely) repeats a bandwidth test until the
+	// client is interrupted (SIGINT, SIGTERM: ctx ends), printing one
+	// result every Duration seconds (-D; default 5), with no warm-up or
+	// cool-down margin; both sides then end cleanly and Run returns nil.
+	Infinite bool
+
+	// SL (-S) and TrafficClass (-T, --tclass) go into the QPs' address
+	// handle (verbs.AddressHandle): the service level on InfiniBand, the
+	// GRH traffic class (on RoCE v2 the IP ToS byte) on ibverbs devices;
+	// software devices ignore them.
+	SL           uint8
+	TrafficClass uint8
 
 	// GIDIndex is the source GID index (-x); it applies when SetGIDIndex
 	// is true and becomes verbs.Options{GIDIndex, SetGIDIndex}.
@@ -221,28 +234,31 @@ const DefaultPort = 18515
 
 // Limits and defaults of perftest (perftest_parameters.h).
 const (
-	defSizeBW    = 65536
-	defSizeLat   = 2
-	defSizeAtom  = 8
-	defIters     = 1000
-	defItersWB   = 5000
-	defTxBW      = 128
-	defTxLat     = 1
-	defRxSend    = 512
-	defCQMod     = 100
-	minIter      = 5
-	maxTx        = 15000
-	maxRx        = 16384
-	maxQPs       = 16384
-	maxCQMod     = 1024
-	maxInline    = 1024
-	maxSizeAll   = 1 << 23 // -a runs 2 B ... 8 MiB
-	maxMsgSize   = 1<<31 - 1
-	cqModLimit   = 8192 // CQ moderation is disabled above this size
-	noPeakIters  = 20000
-	defInlineWr  = 220
-	defInlineSnd = 236
-	outReads     = 16
+	defSizeBW   = 65536
+	defSizeLat  = 2
+	defSizeAtom = 8
+	defIters    = 1000
+	defItersWB  = 5000
+	defTxBW     = 128
+	defTxLat    = 1
+	defRxSend   = 512
+	defCQMod    = 100
+	minIter     = 5
+	maxTx       = 15000
+	maxRx       = 16384
+	maxQPs      = 16384
+	maxCQMod    = 1024
+	maxInline   = 1024
+	maxSizeAll  = 1 << 23 // -a runs 2 B ... 8 MiB
+	// defInfinitePeriod is --run_infinitely's reporting period without -D
+	// (perftest's default duration).
+	defInfinitePeriod = 5
+	maxMsgSize        = 1<<31 - 1
+	cqModLimit        = 8192 // CQ moderation is disabled above this size
+	noPeakIters       = 20000
+	defInlineWr       = 220
+	defInlineSnd      = 236
+	outReads          = 16
 )
 
 // ErrUsage marks command-line mistakes (the CLI exits with status 2).
@@ -348,6 +364,26 @@ var unsupported = map[string]string{
 	"use-null-mr":       "null memory regions are not implemented",
 	"use_hugepages":     "huge pages are not used for perf's buffers",
 	"use_old_post_send": "there is one post interface",
+}
+
+// unknownFlag explains the perftest flags rdmakit perf knows and refuses;
+// nil for the others ("unknown flag").
+func unknownFlag(name string, long bool) error {
+	if !long {
+		if l, ok := unsupportedShort[name[0]]; ok {
+			return usageErr("-%s (--%s) is not supported by rdmakit perf: %s", name, l, unsupported[l])
+		}
+		return nil
+	}
+	if why := unsupported[name]; why != "" {
+		return usageErr("--%s is not supported by rdmakit perf: %s", name, why)
+	}
+	for _, g := range gpuFlags {
+		if g.name == name {
+			return fmt.Errorf("%w: --%s: %w: rdmakit perf measures host memory only", ErrUsage, name, ErrNoGPU)
+		}
+	}
+	return nil
 }
 
 // unsupportedShort are the short names of unsupported flags.
@@ -460,21 +496,20 @@ func flags(o *Options) []flagSpec {
 		{'o', []string{"outs"}, true, intArg("-o (outstanding reads)", 1, 16, func(n int64) { o.OutReads = int(n) })},
 		{'f', []string{"margin"}, true, intArg("-f (margin)", 1, 1<<20, func(n int64) { o.Margin = int(n) })},
 		{'C', []string{"report-cycles"}, false, note("-C (report cycles): times are measured with Go's monotonic clock and reported in usec")},
-		{'R', []string{"rdma_cm"}, false, note("-R (rdma_cm): rdmakit connects its QPs over its own exchange on -p; the measured operations are the same")},
+		{'R', []string{"rdma_cm"}, false, note("-R (rdma_cm): rdmakit connects its QPs over its TCP exchange on -p; the measured operations are the same (a perftest peer must run without -R)")},
 		{'z', []string{"comm_rdma_cm"}, false, note("-z (comm_rdma_cm): parameters are exchanged over TCP on -p, as without -z")},
 		{'e', []string{"events"}, false, func(o *Options, _ string) error { o.Events = true; return nil }},
 		{'l', []string{"post_list"}, true, intArg("-l (post list)", 1, maxTx, func(n int64) { o.PostList = int(n) })},
 		{'u', []string{"qp-timeout"}, true, intArg("-u (QP timeout)", 0, 31, func(n int64) { o.QPTimeout, o.SetQPTimeout = int(n), true })},
-		{'S', []string{"sl"}, true, noteArg("-S (service level): no effect on rdmakit devices", numIn("-S (service level)", 0, 15))},
-		{'T', []string{"tos"}, true, noteArg("-T (type of service): no effect on rdmakit devices", numIn("-T (type of service)", 0, 256))},
+		{'S', []string{"sl"}, true, intArg("-S (service level)", 0, 15, func(n int64) { o.SL = uint8(n) })},
+		{'T', []string{"tos"}, true, intArg("-T (type of service)", 0, 255, func(n int64) { o.TrafficClass = uint8(n) })},
+		{0, []string{"tclass"}, true, intArg("--tclass (traffic class)", 0, 255, func(n int64) { o.TrafficClass = uint8(n) })},
 		{'W', []string{"report-counters"}, true, noteArg("-W (report counters): rdmakit devices have no performance counters to report", nil)},
 		{0, []string{"retry_count"}, true, intArg("--retry_count", 0, 7, func(n int64) { o.RetryCount, o.SetRetryCount = int(n), true })},
 		{0, []string{"mr_per_qp"}, false, note("--mr_per_qp: rdmakit always registers one memory region per QP")},
 		{0, []string{"cpu_util"}, false, note("--cpu_util: CPU utilization is not reported")},
 		{0, []string{"perform_warm_up"}, false, note("--perform_warm_up: bandwidth tests always warm up (-t signaled operations per QP), as documented in docs/perf.md")},
-		{0, []string{"run_infinitely"}, false, func(*Options, string) error {
-			return usageErr("--run_infinitely is not supported by rdmakit perf; use -D SECONDS for a timed run")
-		}},
+		{0, []string{"run_infinitely"}, false, func(o *Options, _ string) error { o.Infinite = true; return nil }},
 	}
 }
 
@@ -501,89 +536,21 @@ func parseSize(v string) (int64, error) {
 // ParseArgs parses the arguments of `rdmakit perf` (after the subcommand):
 // TEST, flags, and an optional server address, in any order, with
 // perftest's short and long flag names ("-s 64", "-s64", "--size=64",
-// "--size 64"; boolean short flags may be bundled, "-aF").
+// "--size 64"; boolean short flags may be bundled, "-aF"), by internal/cli.Getopt.
 func ParseArgs(args []string) (Options, error) {
 	var o Options
-	specs := flags(&o)
-	var pos []string
-	for i := 0; i < len(args); i++ {
-		a := args[i]
-		if a == "--" {
-			pos = append(pos, args[i+1:]...)
-			break
+	g := cli.Getopt{Usagef: usageErr, Unknown: unknownFlag, Hint: "rdmakit perf -h lists the flags"}
+	for _, sp := range flags(&o) {
+		arg := cli.NoArg
+		if sp.hasArg {
+			arg = cli.RequiredArg
 		}
-		if len(a) < 2 || a[0] != '-' {
-			pos = append(pos, a)
-			continue
-		}
-		if strings.HasPrefix(a, "--") {
-			name, val, hasVal := strings.Cut(a[2:], "=")
-			var sp *flagSpec
-			for k := range specs {
-				for _, l := range specs[k].long {
-					if l == name {
-						sp = &specs[k]
-					}
-				}
-			}
-			if sp == nil {
-				if why := unsupported[name]; why != "" {
-					return o, usageErr("--%s is not supported by rdmakit perf: %s", name, why)
-				}
-				for _, g := range gpuFlags {
-					if g.name == name {
-						return o, fmt.Errorf("%w: --%s: %w: rdmakit perf measures host memory only", ErrUsage, name, ErrNoGPU)
-					}
-				}
-				return o, usageErr("unknown flag --%s (rdmakit perf -h lists the flags)", name)
-			}
-			if sp.hasArg && !hasVal {
-				if i+1 >= len(args) {
-					return o, usageErr("flag --%s needs a value", name)
-				}
-				i++
-				val = args[i]
-			} else if !sp.hasArg && hasVal {
-				return o, usageErr("flag --%s takes no value", name)
-			}
-			if err := sp.set(&o, val); err != nil {
-				return o, err
-			}
-			continue
-		}
-		// Short flags, possibly bundled.
-		for j := 1; j < len(a); j++ {
-			var sp *flagSpec
-			for k := range specs {
-				if specs[k].short != 0 && specs[k].short == a[j] {
-					sp = &specs[k]
-				}
-			}
-			if sp == nil {
-				if long, ok := unsupportedShort[a[j]]; ok {
-					return o, usageErr("-%c (--%s) is not supported by rdmakit perf: %s", a[j], long, unsupported[long])
-				}
-				return o, usageErr("unknown flag -%c (rdmakit perf -h lists the flags)", a[j])
-			}
-			if !sp.hasArg {
-				if err := sp.set(&o, ""); err != nil {
-					return o, err
-				}
-				continue
-			}
-			val := a[j+1:]
-			if val == "" {
-				if i+1 >= len(args) {
-					return o, usageErr("flag -%c needs a value", a[j])
-				}
-				i++
-				val = args[i]
-			}
-			if err := sp.set(&o, val); err != nil {
-				return o, err
-			}
-			break
-		}
+		g.Flags = append(g.Flags, cli.Flag{Short: sp.short, Long: sp.long, Arg: arg,
+			Set: func(v string, _ bool) error { return sp.set(&o, v) }})
+	}
+	pos, err := g.Parse(args)
+	if err != nil {
+		return o, err
 	}
 	if o.Version {
 		return o, ErrVersion
@@ -614,6 +581,20 @@ func (o *Options) check() error {
 	t := o.Test
 	if !t.Valid() {
 		return usageErr("no test chosen")
+	}
+	if o.Infinite {
+		switch {
+		case t.Kind != KindBW:
+			return usageErr("--run_infinitely is only available in bandwidth tests")
+		case o.All:
+			return usageErr("--run_infinitely runs one size: drop -a")
+		case o.Bidir:
+			return usageErr("--run_infinitely runs one direction: drop -b")
+		case o.Loopback:
+			return usageErr("--run_infinitely: start the server and the client separately (no --loopback)")
+		case o.Margin != 0:
+			return usageErr("--run_infinitely measures every period whole: drop -f")
+		}
 	}
 	if o.Bidir && t.Kind == KindLat {
 		return usageErr("-b (bidirectional) is only available in bandwidth tests")
@@ -797,6 +778,9 @@ type config struct {
 	maxSize  int64
 	gbits    bool
 	rttShift bool // latency is half a round trip (send, write)
+	// minHalf is the least size of each half of a QP's region (perftest's
+	// cycle buffer, when the peer is perftest); 0: maxSize decides.
+	minHalf int64
 }
 
 // resolve applies perftest's defaults and dependencies to o. dev is the
@@ -847,12 +831,18 @@ func (o Options) resolve(dev verbs.DeviceInfo) (*config, error) {
 			c.iters = defItersWB
 		}
 	}
-	if o.Duration > 0 {
+	if o.Infinite && c.Duration == 0 {
+		c.Duration = defInfinitePeriod
+	}
+	if c.Duration > 0 {
 		c.iters = 0
 		c.noPeak = true
-		c.margin = o.Duration / 4
+		c.margin = c.Duration / 4
 		if o.Margin > 0 {
 			c.margin = o.Margin
+		}
+		if o.Infinite {
+			c.margin = 0
 		}
 	}
 
@@ -945,8 +935,10 @@ func (o Options) resolve(dev verbs.DeviceInfo) (*config, error) {
 	if o.IBPort > nports {
 		return nil, usageErr("-i %d: device %s has %d port(s)", o.IBPort, dev.Name, nports)
 	}
-	if o.DualPort && nports < 2 {
-		return nil, usageErr("-O (dual-port) needs a device with two ports; %s has %d", dev.Name, nports)
+	if o.DualPort {
+		// Even on a two-port RNIC: QPs spread over two ports are not
+		// implemented, and a silent single-port run would mislead.
+		return nil, usageErr("-O (dual-port): spreading the QPs over two ports is not implemented; rdmakit perf runs them on one port (-i; %s has %d)", dev.Name, nports)
 	}
 	port := max(o.IBPort, 1) - 1
 	active := verbs.MTU4096

@@ -64,7 +64,7 @@ func TestParseArgsErrors(t *testing.T) {
 		{[]string{"write_bw", "-Y"}, "unknown flag -Y"},
 		{[]string{"write_bw", "--use_cuda=0"}, "no GPU support in this build"},
 		{[]string{"write_bw", "--use_rocm", "0"}, "no GPU support in this build"},
-		{[]string{"write_bw", "--run_infinitely"}, "use -D"},
+		{[]string{"write_lat", "--run_infinitely"}, "only available in bandwidth tests"},
 		{[]string{"write_bw", "--output=latency"}, "--output=latency is for latency tests"},
 		{[]string{"write_lat", "--output=bandwidth"}, "for bandwidth tests"},
 		{[]string{"write_bw", "--output=x"}, "invalid --output"},
@@ -244,8 +244,14 @@ func TestParseArgsDropIn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(o.Notes) != 8 || !o.Events {
-		t.Errorf("%d notes, want one per distinct flag (8), and -e set (%v):\n%s", len(o.Notes), o.Events, strings.Join(o.Notes, "\n"))
+	if len(o.Notes) != 6 || !o.Events || o.SL != 1 || o.TrafficClass != 32 {
+		t.Errorf("%d notes, want one per distinct flag without effect (6), -e, -S 1, -T 32 set (%v %d %d):\n%s", len(o.Notes), o.Events, o.SL, o.TrafficClass, strings.Join(o.Notes, "\n"))
+	}
+	if o, err := ParseArgs([]string{"write_bw", "--tclass=96"}); err != nil || o.TrafficClass != 96 {
+		t.Errorf("--tclass: %+v, %v", o, err)
+	}
+	if _, err := ParseArgs([]string{"write_bw", "-T", "256"}); err == nil {
+		t.Error("-T 256 accepted")
 	}
 	if o, err := ParseArgs([]string{"write_lat", "--events"}); err != nil || !o.Events || len(o.Notes) != 1 || !strings.Contains(o.Notes[0], "write_lat waits") {
 		t.Errorf("write_lat -e: %+v, %v", o, err)

@@ -1,6 +1,6 @@
 package perftest
 
-// The perftest-wire codec (--perftest-wire): the messages of perftest
+// The perftest-wire codec (pwire_run.go): the messages of perftest
 // 4.5's out-of-band Ethernet exchange (Debian 12's perftest 4.5-0.17,
 // which announces itself as version "6.06"), built from the format
 // definitions of perftest_parameters.h and perftest_communication.h:
@@ -33,6 +33,8 @@ import (
 const (
 	// pwVersion is what this side announces: perftest 4.5-0.17's version.
 	pwVersion = "6.06"
+	// pwMarker follows the NUL of rdmakit's version message (greet).
+	pwMarker = "rdmakit"
 	// pwVersionLen is perftest's MAX_VERSION.
 	pwVersionLen = 16
 	// pwMinVersion is the oldest peer perftest 4.5-0.17 accepts

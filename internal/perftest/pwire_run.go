@@ -1,28 +1,39 @@
 package perftest
 
-// Running write_bw and send_bw against perftest's own binaries
-// (--perftest-wire): perftest 4.5's sequence of exchanges (write_bw.c and
-// send_bw.c, RC, one direction, iterations), over a plain TCP connection.
-// Everything runs in the caller's goroutine, except a goroutine that
-// closes the connection (or listener) when ctx ends.
+// Running against perftest's own binaries (ib_write_bw ... ib_atomic_lat):
+// perftest 4.5's sequence of exchanges over the plain TCP connection, for
+// the eight tests, RC, one direction, iterations, one size or -a. Which
+// side the peer is comes from the first exchange (greet): both sides open
+// with perftest's 16-byte version message; rdmakit's carries a marker
+// after the NUL that perftest ignores, so an rdmakit peer continues with
+// rdmakit's exchange and a perftest peer with perftest's. Everything runs
+// in the caller's goroutine, except a goroutine that closes the
+// connection (or listener) when ctx ends.
 //
-//	both      version, cycle buffer, cache line size, MTU
-//	write_bw  keys (per QP), connect, keys (per QP), handshake;
-//	          client: warm-up, run, handshake, bw report, close
-//	          server: handshake (the client's run), bw report, close
-//	send_bw   keys (per QP), connect, handshake, keys (per QP);
-//	          server posts receives; handshake; run; close
-//	close     handshake, then "done\0" both ways
+//	both        version, cycle buffer, cache line size, MTU
+//	write_bw    keys (per QP), connect, keys (per QP), handshake;
+//	read_bw     client: each size: (warm-up), run; then handshake, bw
+//	atomic_bw   report, close; server: handshake (when the client is
+//	            done), bw report (its size must be ours), close
+//	send_bw     keys, connect, handshake, keys; each size: receives
+//	            posted, handshake, run, (with -a: handshake); close
+//	write_lat   handshake, keys, connect, keys, handshake; each size: run
+//	            (no closing exchange)
+//	send_lat    keys, connect, handshake, keys; each size: receives
+//	            posted, handshake, run; close
+//	read_lat    handshake, keys, connect, keys, handshake; client: each
+//	atomic_lat  size: run; close; server: close (when the client is done)
+//	close       handshake, then "done\0" (read best effort)
 //
 // A handshake is one exchange of QP 0's key message.
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net"
-	"strconv"
 	"time"
 
 	"github.com/rdmakit/rdmakit/verbs"
@@ -84,23 +95,23 @@ type pwSession struct {
 	rem  []pwKey
 }
 
-// keys exchanges every QP's key message; the first exchange records the
-// peer's keys, later ones must repeat them.
-func (s *pwSession) keys(first bool) error {
+// keys exchanges every QP's key message.
+func (s *pwSession) keys() error {
 	for i := range s.mine {
-		if err := s.handshake(i, first); err != nil {
+		if err := s.handshake(i); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// handshake is ctx_hand_shake on QP i.
-func (s *pwSession) handshake(i int, first bool) error {
-	return s.handshakeT(i, first, stepTimeout)
+// handshake is ctx_hand_shake on QP i: the first exchange of a QP records
+// the peer's key, later ones must repeat it.
+func (s *pwSession) handshake(i int) error {
+	return s.handshakeT(i, stepTimeout)
 }
 
-func (s *pwSession) handshakeT(i int, first bool, timeout time.Duration) error {
+func (s *pwSession) handshakeT(i int, timeout time.Duration) error {
 	b, err := s.p.xchg(s.mine[i].encode(), pwKeyLen, timeout)
 	if err != nil {
 		return err
@@ -109,27 +120,59 @@ func (s *pwSession) handshakeT(i int, first bool, timeout time.Duration) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", s.p.peer, err)
 	}
-	if first {
+	switch {
+	case i == len(s.rem):
 		s.rem = append(s.rem, k)
-	} else if i >= len(s.rem) || k != s.rem[i] {
+	case i > len(s.rem) || k != s.rem[i]:
 		return fmt.Errorf("%s: QP %d's keys changed between handshakes (%w)", s.p.peer, i, errMalformed)
 	}
 	return nil
 }
 
-// checkPWire rejects what this mode does not do.
+// pwGreeting is this side's opening message: perftest's version message
+// with rdmakit's marker after its NUL.
+func pwGreeting() []byte {
+	b := encodePWVersion(pwVersion)
+	copy(b[len(pwVersion)+1:], pwMarker)
+	return b
+}
+
+// pwFromRdmakit reports whether an opening message carries the marker.
+func pwFromRdmakit(b []byte) bool {
+	i := bytes.IndexByte(b, 0)
+	return i >= 0 && bytes.HasPrefix(b[i+1:], []byte(pwMarker))
+}
+
+// greet is the first exchange (perftest's exchange_versions): the client
+// writes first. It reports whether the peer is perftest; an opening that
+// is neither perftest's nor rdmakit's is an error.
+func greet(conn net.Conn, client bool, peer string) (perftest bool, err error) {
+	p := &pwConn{conn: conn, client: client, peer: peer}
+	b, err := p.xchg(pwGreeting(), pwVersionLen, stepTimeout)
+	if err != nil {
+		return false, err
+	}
+	if pwFromRdmakit(b) {
+		return false, nil
+	}
+	if v, f := parsePWVersion(b); f < pwMinVersion {
+		if bytes.HasPrefix(b, []byte(kindHello)) {
+			return false, fmt.Errorf("the %s is an older rdmakit: use the same rdmakit on both sides", peer)
+		}
+		return false, fmt.Errorf("the %s speaks neither rdmakit's exchange nor perftest's (perftest announces a version of %.2f or later; got %q) (%w)", peer, pwMinVersion, v, errMalformed)
+	}
+	return true, nil
+}
+
+// checkPWire rejects what runs against perftest do not do.
 func checkPWire(o Options) error {
 	switch {
-	case o.Test.Kind != KindBW || (o.Test.Verb != VerbWrite && o.Test.Verb != VerbSend):
-		return usageErr("--perftest-wire runs write_bw and send_bw only, not %s", o.Test)
 	case o.Bidir:
-		return usageErr("--perftest-wire does not run -b (bidirectional)")
-	case o.All:
-		return usageErr("--perftest-wire does not run -a (all sizes); give one -s")
+		return usageErr("the peer is perftest: -b (bidirectional) runs only between rdmakit peers")
+	case o.Infinite:
+		return usageErr("the peer is perftest: --run_infinitely runs only between rdmakit peers")
 	case o.Duration > 0:
-		return usageErr("--perftest-wire does not run -D (duration); give -n")
-	case o.Loopback:
-		return usageErr("--perftest-wire talks to perftest's binaries; drop --loopback")
+		return usageErr("the peer is perftest: -D (duration) runs only between rdmakit peers; give -n")
 	}
 	return nil
 }
@@ -142,7 +185,7 @@ func pwDevice(name string) (verbs.DeviceInfo, error) {
 			return d, err
 		}
 		if d.Transport != "ibverbs" {
-			return d, fmt.Errorf("--perftest-wire needs a device of the ibverbs transport, not %s (%s)", d.Name, d.Transport)
+			return d, fmt.Errorf("the peer is perftest: it needs a device of the ibverbs transport, not %s (%s)", d.Name, d.Transport)
 		}
 		return d, nil
 	}
@@ -152,10 +195,13 @@ func pwDevice(name string) (verbs.DeviceInfo, error) {
 			return d, nil
 		}
 	}
-	return verbs.DeviceInfo{}, errors.New("--perftest-wire needs a device of the ibverbs transport and none is available (build with -tags ibverbs; give -d)")
+	return verbs.DeviceInfo{}, errors.New("the peer is perftest: it needs a device of the ibverbs transport and none is available (build with -tags ibverbs; give -d)")
 }
 
-func runPWire(ctx context.Context, o Options, env Env) (err error) {
+// runPWire runs one side against perftest on conn, after greet.
+func runPWire(ctx context.Context, o Options, env Env, conn net.Conn, server bool) (err error) {
+	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	defer stop()
 	if err := checkPWire(o); err != nil {
 		return err
 	}
@@ -167,50 +213,18 @@ func runPWire(ctx context.Context, o Options, env Env) (err error) {
 	if err != nil {
 		return err
 	}
-	server := o.Server == ""
-	var conn net.Conn
-	if server {
-		ln, err := listen(c, env)
-		if err != nil {
-			return err
-		}
-		stop := context.AfterFunc(ctx, func() { ln.Close() })
-		io.WriteString(env.Stdout, "\n************************************\n* Waiting for client to connect... *\n************************************\n")
-		conn, err = ln.Accept()
-		ln.Close()
-		stop()
-		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			return fmt.Errorf("accepting the client: %w", err)
-		}
-	} else {
-		addr := net.JoinHostPort(o.Server, strconv.Itoa(c.port))
-		d := net.Dialer{Timeout: dialTimeout, LocalAddr: sourceAddr(o.SourceIP)}
-		conn, err = d.DialContext(ctx, "tcp", addr)
-		if err != nil {
-			return fmt.Errorf("cannot reach server %s: %w", addr, dialCause(err))
-		}
-	}
-	stop := context.AfterFunc(ctx, func() { conn.Close() })
-	defer stop()
-	defer conn.Close()
 	p := &pwConn{conn: conn, client: !server, peer: "server"}
 	if server {
 		p.peer = "client"
 	}
-
-	// exchange_versions, check_version_compatibility, check_sys_data.
-	b, err := p.xchg(encodePWVersion(pwVersion), pwVersionLen, stepTimeout)
+	// check_sys_data: both use the larger cycle buffer and cache line.
+	b, err := p.xchg(encodePWInt(pwCycleBuffer), 4, stepTimeout)
 	if err != nil {
 		return err
 	}
-	if v, f := parsePWVersion(b); f < pwMinVersion {
-		return fmt.Errorf("the %s announces perftest version %q; the perftest 4.5 exchange needs %.2f or later", p.peer, v, pwMinVersion)
-	}
-	if _, err := p.xchg(encodePWInt(pwCycleBuffer), 4, stepTimeout); err != nil {
-		return err
+	cycle := max(int64(parsePWInt(b)), pwCycleBuffer)
+	if cycle > 1<<30 {
+		return fmt.Errorf("the %s announces a cycle buffer of %d bytes (%w)", p.peer, cycle, errMalformed)
 	}
 	if _, err := p.xchg(encodePWInt(pwCacheLine), 4, stepTimeout); err != nil {
 		return err
@@ -222,6 +236,9 @@ func runPWire(ctx context.Context, o Options, env Env) (err error) {
 	if m := verbs.MTU(parsePWMTU(b)); m != 0 && m < c.mtu {
 		c.mtu = m
 	}
+	// perftest walks its Writes, Reads and atomics through a cycle buffer
+	// of the peer's memory: the halves are at least that long.
+	c.minHalf = cycle
 
 	s := &pwSession{session: &session{cfg: c, env: env, server: server}, p: p}
 	s.w = newWatch(ctx, nil)
@@ -234,104 +251,204 @@ func runPWire(ctx context.Context, o Options, env Env) (err error) {
 		return err
 	}
 	defer s.e.close()
+	s.e.flat = true
 	for i := range s.e.qps {
 		q := s.e.local(i)
 		gid, lid, ok := pwIBAddrGID(q.addr)
 		if !ok {
-			return fmt.Errorf("device %s gives no GID for its QPs; --perftest-wire needs the ibverbs transport", dev.Name)
+			return fmt.Errorf("device %s gives no GID for its QPs; perftest peers need the ibverbs transport", dev.Name)
 		}
-		s.mine = append(s.mine, pwKey{lid: lid, outReads: q.outReads, qpn: q.qpn, psn: q.psn, rkey: q.rkey, vaddr: q.vaddr, gid: gid})
+		if q.outReads == 0 {
+			q.outReads = 1 // perftest's for Write and Send
+		}
+		s.mine = append(s.mine, pwKey{lid: lid, outReads: q.outReads, qpn: q.qpn, psn: q.psn, rkey: q.rkey,
+			vaddr: q.vaddr + uint64(s.e.half), gid: gid})
 	}
 	printHeader(env.Stdout, c, dev, server)
-
-	if err := s.keys(true); err != nil {
-		return err
+	if err := s.run(); err != nil {
+		return s.explainPW(err)
 	}
+	return s.finish(dev)
+}
+
+// connect moves the QPs to RTS with the peer's keys (ctx_connect).
+func (s *pwSession) connect() error {
 	remote := make([]qpInfo, len(s.rem))
 	for i, k := range s.rem {
-		// The bandwidth loop targets vaddr + half (the layout of
-		// endpoint.go); perftest's buffer starts at its vaddr.
 		remote[i] = qpInfo{lid: k.lid, outReads: k.outReads, qpn: k.qpn, psn: k.psn, rkey: k.rkey,
-			vaddr: k.vaddr - uint64(s.e.half), srqn: k.srqn, idx: i, addr: append([]byte(nil), k.gid[:]...)}
+			vaddr: k.vaddr, srqn: k.srqn, idx: i, addr: append([]byte(nil), k.gid[:]...)}
 	}
-	if err := s.e.connect(remote, nil); err != nil {
-		return err
-	}
-	if c.Test.Verb == VerbWrite {
-		if err := s.keys(false); err != nil {
-			return err
-		}
-		if err := s.handshake(0, false); err != nil {
-			return err
-		}
-	} else {
-		if err := s.handshake(0, false); err != nil {
-			return err
-		}
-		if err := s.keys(false); err != nil {
-			return err
-		}
-	}
-	s.printKeys()
+	return s.e.connect(remote, nil)
+}
 
-	size := c.maxSize
-	var res result
-	switch {
-	case c.Test.Verb == VerbWrite && !server:
-		r, err := s.prepare(size)
-		if err != nil {
-			return err
-		}
-		if res, _, err = s.measure1(r, size); err != nil {
-			return err
-		}
-		if err := s.handshake(0, false); err != nil {
-			return err
-		}
-		if _, err := s.xchgReport(res); err != nil {
-			return err
-		}
-	case c.Test.Verb == VerbWrite:
-		// The client runs; its closing handshake comes when it is done.
-		if err := s.handshakeT(0, false, 0); err != nil {
-			return err
-		}
-		peer, err := s.xchgReport(result{})
-		if err != nil {
-			return err
-		}
-		res = result{kind: KindBW, size: int64(peer.size), iters: int64(peer.iters), peak: peer.peak, bwAvg: peer.avg, rate: peer.msgRateAvg}
-	default: // send_bw
-		r, err := s.prepare(size)
-		if err != nil {
-			return err
-		}
-		if err := s.handshake(0, false); err != nil {
-			return err
-		}
-		if !server {
-			if res, _, err = s.measure1(r, size); err != nil {
+// run is the test's sequence (see the top of the file).
+func (s *pwSession) run() error {
+	c := s.cfg
+	t := c.Test
+	hs := func() error { return s.handshake(0) }
+	steps := func(fs ...func() error) error {
+		for _, f := range fs {
+			if err := f(); err != nil {
 				return err
 			}
-			break
 		}
-		start := time.Now()
-		st, err := r.bw.run()
-		if err != nil {
+		return nil
+	}
+	switch {
+	case t.Kind == KindBW && t.Verb == VerbSend:
+		if err := steps(s.keys, s.connect, hs, s.keys); err != nil {
 			return err
 		}
-		res = recvResult(c, size, st.n, time.Since(start))
+		s.printKeys()
+		for _, size := range c.sizes {
+			r, err := s.prepare(size)
+			if err != nil {
+				return err
+			}
+			if err := hs(); err != nil {
+				return err
+			}
+			res, err := s.sendBW(r, size)
+			if err != nil {
+				return err
+			}
+			s.printResult(res, nil)
+			if c.All {
+				if err := hs(); err != nil {
+					return err
+				}
+			}
+		}
+		return s.close()
+	case t.Kind == KindBW:
+		if err := steps(s.keys, s.connect, s.keys, hs); err != nil {
+			return err
+		}
+		s.printKeys()
+		if s.server {
+			// The client runs; its closing handshake comes when it is done.
+			if err := s.handshakeT(0, 0); err != nil {
+				return err
+			}
+			peer, err := s.xchgReport(result{})
+			if err != nil {
+				return err
+			}
+			if want := c.maxSize; int64(peer.size) != want {
+				return fmt.Errorf("the client (perftest) ran %d-byte messages, this server %d: give both sides the same -s (and both or neither -a)", peer.size, want)
+			}
+			s.printResult(result{kind: KindBW, size: int64(peer.size), iters: int64(peer.iters), peak: peer.peak, bwAvg: peer.avg, rate: peer.msgRateAvg}, nil)
+			return s.close()
+		}
+		var last result
+		for _, size := range c.sizes {
+			r, err := s.prepare(size)
+			if err != nil {
+				return err
+			}
+			if last, _, err = s.measure1(r, size); err != nil {
+				return err
+			}
+			s.printResult(last, nil)
+		}
+		if err := hs(); err != nil {
+			return err
+		}
+		if _, err := s.xchgReport(last); err != nil {
+			return err
+		}
+		return s.close()
+	case t.Verb == VerbSend: // send_lat
+		if err := steps(s.keys, s.connect, hs, s.keys); err != nil {
+			return err
+		}
+		s.printKeys()
+		for _, size := range c.sizes {
+			r, err := s.prepare(size)
+			if err != nil {
+				return err
+			}
+			if err := hs(); err != nil {
+				return err
+			}
+			if err := s.latSize(r, size); err != nil {
+				return err
+			}
+		}
+		return s.close()
+	default: // write_lat, read_lat, atomic_lat
+		if err := steps(hs, s.keys, s.connect, s.keys, hs); err != nil {
+			return err
+		}
+		s.printKeys()
+		if s.server && t.Verb != VerbWrite {
+			return s.closeT(0) // the client reads (or works atomics) alone
+		}
+		for _, size := range c.sizes {
+			r, err := s.prepare(size)
+			if err != nil {
+				return err
+			}
+			if err := s.latSize(r, size); err != nil {
+				return err
+			}
+		}
+		if t.Verb == VerbWrite {
+			return nil // perftest's write_lat ends without a closing exchange
+		}
+		return s.close()
 	}
-	s.printResult(res, nil)
-	if err := s.handshake(0, false); err != nil {
+}
+
+// latSize runs one size of a latency test and prints it.
+func (s *pwSession) latSize(r *sizeRun, size int64) error {
+	res, samples, err := s.measure1(r, size)
+	if err != nil {
 		return err
 	}
+	s.printResult(res, samples)
+	return nil
+}
+
+// sendBW runs one size of send_bw: the client sends, the server counts
+// what it received (perftest's run_iter_bw_server).
+func (s *pwSession) sendBW(r *sizeRun, size int64) (result, error) {
+	if !s.server {
+		res, _, err := s.measure1(r, size)
+		return res, err
+	}
+	start := time.Now()
+	st, err := r.bw.run()
+	if err != nil {
+		return result{}, err
+	}
+	return recvResult(s.cfg, size, st.n, time.Since(start)), nil
+}
+
+// close is ctx_close_connection: a handshake, then "done" both ways (the
+// peer's read best effort: perftest closes right after writing it).
+func (s *pwSession) close() error { return s.closeT(stepTimeout) }
+
+func (s *pwSession) closeT(timeout time.Duration) error {
+	if err := s.handshakeT(0, timeout); err != nil {
+		return err
+	}
+	conn := s.p.conn
 	conn.SetWriteDeadline(time.Now().Add(time.Second))
 	conn.Write(pwDone)
-	// The peer's "done" (best effort: perftest closes right after it).
 	conn.SetReadDeadline(time.Now().Add(time.Second))
 	io.ReadFull(conn, make([]byte, len(pwDone)))
-	return s.finish(dev)
+	return nil
+}
+
+// explainPW adds what an error completion most likely means against
+// perftest, whose exchange carries no message size: a buffer smaller than
+// this side's -s.
+func (s *pwSession) explainPW(err error) error {
+	if errors.Is(err, verbs.StatusRemoteAccess) || errors.Is(err, verbs.StatusRemoteInvalidReq) {
+		return fmt.Errorf("%w: the %s's (perftest's) buffer is smaller than this side's messages; give both sides the same -s", err, s.p.peer)
+	}
+	return err
 }
 
 // xchgReport is xchg_bw_reports: each field is its own exchange.

@@ -2,6 +2,8 @@ package perftest
 
 import (
 	"bytes"
+	"io"
+	"net"
 	"strings"
 	"testing"
 )
@@ -150,18 +152,73 @@ func TestPWIBAddr(t *testing.T) {
 
 func TestPWireChecks(t *testing.T) {
 	wbw, _ := ParseTest("write_bw")
-	lat, _ := ParseTest("write_lat")
-	for _, o := range []Options{{Test: lat}, {Test: wbw, Bidir: true}, {Test: wbw, All: true}, {Test: wbw, Duration: 2}, {Test: wbw, Loopback: true}} {
+	for _, o := range []Options{{Test: wbw, Bidir: true}, {Test: wbw, Duration: 2}, {Test: wbw, Infinite: true}} {
 		if err := checkPWire(o); err == nil {
 			t.Errorf("%+v accepted", o)
 		}
 	}
-	if err := checkPWire(Options{Test: wbw}); err != nil {
-		t.Error(err)
+	for _, name := range []string{"write_bw", "write_lat", "read_bw", "read_lat", "send_bw", "send_lat", "atomic_bw", "atomic_lat"} {
+		tt, _ := ParseTest(name)
+		for _, o := range []Options{{Test: tt}, {Test: tt, All: tt.Verb != VerbAtomic, QPs: 2}} {
+			if err := checkPWire(o); err != nil {
+				t.Errorf("%s: %v", name, err)
+			}
+		}
 	}
+	// The flag of earlier releases is still accepted (and not needed).
 	o, err := ParseArgs([]string{"send_bw", "--perftest-wire", "-s", "65536", "10.0.0.1"})
 	if err != nil || !o.PerftestWire {
 		t.Fatalf("%+v %v", o, err)
+	}
+}
+
+// TestGreet: rdmakit's opening is perftest's version message with a
+// marker after the NUL; each side tells an rdmakit peer from perftest.
+func TestGreet(t *testing.T) {
+	g := pwGreeting()
+	if len(g) != pwVersionLen || !bytes.HasPrefix(g, []byte("6.06\x00rdmakit\x00")) {
+		t.Fatalf("greeting %q", g)
+	}
+	if v, f := parsePWVersion(g); v != pwVersion || f != 6.06 {
+		t.Fatalf("perftest reads %q %v", v, f)
+	}
+	perftest := encodePWVersion("6.06")
+	for _, tc := range []struct {
+		name     string
+		peer     []byte
+		perftest bool
+		err      string
+	}{
+		{"rdmakit", g, false, ""},
+		{"perftest", perftest, true, ""},
+		{"old perftest", encodePWVersion("5.60"), false, "neither"},
+		{"old rdmakit", []byte("HELLO 1 test=write_bw all=0\n")[:pwVersionLen], false, "older rdmakit"},
+	} {
+		for _, client := range []bool{true, false} {
+			a, b := net.Pipe()
+			go func() {
+				buf := make([]byte, pwVersionLen)
+				if client {
+					io.ReadFull(b, buf)
+					b.Write(tc.peer)
+				} else {
+					b.Write(tc.peer)
+					io.ReadFull(b, buf)
+				}
+			}()
+			got, err := greet(a, client, "peer")
+			a.Close()
+			b.Close()
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Errorf("%s (client %v): %v, want %q", tc.name, client, err, tc.err)
+				}
+				continue
+			}
+			if err != nil || got != tc.perftest {
+				t.Errorf("%s (client %v): perftest %v, %v", tc.name, client, got, err)
+			}
+		}
 	}
 }
 

@@ -75,9 +75,6 @@ func Run(ctx context.Context, o Options, env Env) error {
 		// --output: only the figure, on stdout; everything else is dropped.
 		env.value, env.Stdout = env.Stdout, io.Discard
 	}
-	if o.PerftestWire {
-		return runPWire(ctx, o, env)
-	}
 	if o.Loopback {
 		return runLoopback(ctx, o, env)
 	}
@@ -106,7 +103,7 @@ func findDevice(name string) (verbs.DeviceInfo, error) {
 // helloFor describes the client's configuration.
 func helloFor(c *config, dev string) hello {
 	return hello{version: wireVersion, test: c.Test, all: c.All, size: c.maxSize, iters: c.iters,
-		duration: c.Duration, qps: c.qps, bidir: c.Bidir, atomic: c.Atomic, conn: "RC", gbits: c.gbits,
+		duration: c.Duration, infinite: c.Infinite, qps: c.qps, bidir: c.Bidir, atomic: c.Atomic, conn: "RC", gbits: c.gbits,
 		device: dev, tx: c.tx, rx: c.rx, cqMod: c.cqMod, inline: c.inline, mtu: c.MTU}
 }
 
@@ -131,6 +128,8 @@ func compareHello(s, c hello) error {
 		return diff("-a (all sizes)", onoff(s.all, "-a"), onoff(c.all, "-a"), "give both or neither -a")
 	case !s.all && s.size != c.size:
 		return diff("the message size", "-s "+strconv.FormatInt(s.size, 10), "-s "+strconv.FormatInt(c.size, 10), "give both the same -s")
+	case s.infinite != c.infinite:
+		return diff("--run_infinitely", onoff(s.infinite, "--run_infinitely"), onoff(c.infinite, "--run_infinitely"), "give both or neither --run_infinitely")
 	case s.duration != c.duration:
 		return diff("-D (duration)", strconv.Itoa(s.duration), strconv.Itoa(c.duration), "give both the same -D (0: iterations)")
 	case s.duration == 0 && s.iters != c.iters:
@@ -158,6 +157,8 @@ type session struct {
 	w      *watch
 	server bool
 	res    []result
+	// inf is the loop --run_infinitely's periods share.
+	inf *sizeRun
 }
 
 // exchangeQPs sends this side's QP lines and reads the peer's (the client
@@ -231,8 +232,9 @@ func (s *session) printAddresses() {
 
 // sizeRun is this side's loop for one size (one of the two).
 type sizeRun struct {
-	bw  *bwLoop
-	lat *latLoop
+	bw     *bwLoop
+	lat    *latLoop
+	warmed bool
 }
 
 // prepare builds the loop for size and posts its receives; it runs before
@@ -240,10 +242,20 @@ type sizeRun struct {
 func (s *session) prepare(size int64) (*sizeRun, error) {
 	c := s.cfg
 	r := &sizeRun{}
+	s.w.start()
 	if c.Test.Kind == KindBW {
 		send := !s.server || c.Bidir
 		recv := c.Test.Verb == VerbSend && (s.server || c.Bidir)
+		if c.Infinite && s.inf != nil {
+			// --run_infinitely: the next period continues the same loop
+			// (its queues and counters: work requests and receives of the
+			// previous period may still be outstanding).
+			return s.inf, nil
+		}
 		r.bw = newBWLoop(s.e, s.w, size, send, recv)
+		if c.Infinite {
+			s.inf = r
+		}
 		if recv {
 			if err := r.bw.postRecvs(); err != nil {
 				return nil, err
@@ -251,7 +263,13 @@ func (s *session) prepare(size int64) (*sizeRun, error) {
 		}
 		return r, nil
 	}
-	r.lat = newLatLoop(s.e, s.w, size, !s.server)
+	// The client starts the ping-pong, except in perftest's write_lat,
+	// where its server does.
+	initiator := !s.server
+	if s.e.flat && c.Test.Verb == VerbWrite {
+		initiator = s.server
+	}
+	r.lat = newLatLoop(s.e, s.w, size, initiator)
 	return r, r.lat.postRecvs()
 }
 
@@ -287,8 +305,11 @@ func (s *session) measure1(r *sizeRun, size int64) (result, []float64, error) {
 		return result{}, nil, nil
 	}
 	if r.bw != nil {
-		if err := r.bw.warmUp(); err != nil {
-			return result{}, nil, err
+		if !r.warmed {
+			if err := r.bw.warmUp(); err != nil {
+				return result{}, nil, err
+			}
+			r.warmed = true
 		}
 		st, err := r.bw.run()
 		if err != nil {
@@ -300,7 +321,7 @@ func (s *session) measure1(r *sizeRun, size int64) (result, []float64, error) {
 		return bwResult(c, size, st), nil, nil
 	}
 	st, err := r.lat.run()
-	if err != nil || s.server {
+	if err != nil || (s.server && st.tposted == nil) {
 		return result{}, nil, err
 	}
 	if c.Duration > 0 {
@@ -359,22 +380,43 @@ func (s *session) finish(dev verbs.DeviceInfo) error {
 }
 
 func runClient(ctx context.Context, o Options, env Env) (err error) {
+	port := o.Port
+	if port == 0 {
+		port = DefaultPort
+	}
+	if o.Device != "" {
+		// An unknown device is a usage error before anything is dialed.
+		if _, err := findDevice(o.Device); err != nil {
+			return err
+		}
+	}
+	addr := net.JoinHostPort(o.Server, strconv.Itoa(port))
+	d := net.Dialer{Timeout: dialTimeout, LocalAddr: sourceAddr(o.SourceIP)}
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return fmt.Errorf("cannot reach server %s: %w%s", addr, dialCause(err), refusedHint(err))
+	}
+	perftest, err := greet(conn, true, "server")
+	if err != nil {
+		conn.Close()
+		return err
+	}
+	if perftest {
+		defer conn.Close()
+		return runPWire(ctx, o, env, conn, false)
+	}
 	if o.Device == "" {
 		o.Device = "tcp0"
 	}
 	dev, err := findDevice(o.Device)
 	if err != nil {
+		conn.Close()
 		return err
 	}
 	c, err := o.resolve(dev)
 	if err != nil {
+		conn.Close()
 		return err
-	}
-	addr := net.JoinHostPort(o.Server, strconv.Itoa(c.port))
-	d := net.Dialer{Timeout: dialTimeout, LocalAddr: sourceAddr(o.SourceIP)}
-	conn, err := d.DialContext(ctx, "tcp", addr)
-	if err != nil {
-		return fmt.Errorf("cannot reach server %s: %w", addr, dialCause(err))
 	}
 	k := newCtrl(conn, "server")
 	defer k.close()
@@ -416,7 +458,43 @@ func runClient(ctx context.Context, o Options, env Env) (err error) {
 	}
 	s.printAddresses()
 	bar := newProgress(env, c)
-	for i, size := range c.sizes {
+	err = s.clientSizes(ctx, bar)
+	bar.clear()
+	stopped := false
+	if err != nil {
+		if !c.Infinite || ctx.Err() == nil {
+			return err
+		}
+		// --run_infinitely ends with an interrupt: the server is told, and
+		// both sides end as after the last size.
+		ctx, stopped = context.Background(), true
+	}
+	if err := k.send(line{kind: kindDone}); err != nil {
+		return err
+	}
+	for {
+		// Interrupted, the client may have asked for a period the server
+		// then declared itself ready for.
+		l, err := k.recvAny(ctx, stepTimeout, kindDone, kindReady)
+		if err != nil {
+			return err
+		}
+		if l.kind == kindDone {
+			break
+		}
+		if !stopped {
+			return fmt.Errorf("server sent READY where DONE was expected (%w)", errMalformed)
+		}
+	}
+	return s.finish(dev)
+}
+
+// clientSizes runs the client's sizes (with --run_infinitely, its one size
+// until ctx ends), each after the server said it is ready.
+func (s *session) clientSizes(ctx context.Context, bar *progress) error {
+	c, k := s.cfg, s.k
+	for i := 0; i < len(c.sizes) || c.Infinite; i++ {
+		size := c.sizes[min(i, len(c.sizes)-1)]
 		r, err := s.prepare(size)
 		if err != nil {
 			return err
@@ -458,14 +536,16 @@ func runClient(ctx context.Context, o Options, env Env) (err error) {
 		s.printResult(res, samples)
 		bar.update(i + 1)
 	}
-	bar.clear()
-	if err := k.send(line{kind: kindDone}); err != nil {
-		return err
+	return nil
+}
+
+// refusedHint explains a refused connection: no server on the port, or a
+// perftest server run with -R, which listens through rdma_cm only.
+func refusedHint(err error) string {
+	if errors.Is(err, syscall.ECONNREFUSED) {
+		return " (no server on that port; a perftest server run with -R or -z listens through rdma_cm, which rdmakit perf does not speak: run it without -R)"
 	}
-	if _, err := k.recv(ctx, kindDone, stepTimeout); err != nil {
-		return err
-	}
-	return s.finish(dev)
+	return ""
 }
 
 // dialCause strips a dial error down to its reason ("connection refused",
@@ -537,6 +617,15 @@ func runServer(ctx context.Context, o Options, env Env) (err error) {
 			return ctx.Err()
 		}
 		return fmt.Errorf("accepting the client: %w", err)
+	}
+	perftest, err := greet(conn, false, "client")
+	if err != nil {
+		conn.Close()
+		return err
+	}
+	if perftest {
+		defer conn.Close()
+		return runPWire(ctx, o, env, conn, true)
 	}
 	k := newCtrl(conn, "client")
 	defer k.close()
@@ -613,7 +702,7 @@ func runServer(ctx context.Context, o Options, env Env) (err error) {
 		if err != nil {
 			return fmt.Errorf("client: %w", err)
 		}
-		if i >= len(c.sizes) || size != c.sizes[i] {
+		if want := c.sizes[min(i, len(c.sizes)-1)]; size != want || (i >= len(c.sizes) && !c.Infinite) {
 			return fmt.Errorf("client asked for size %d out of turn (%w)", size, errMalformed)
 		}
 		r, err := s.prepare(size)
@@ -632,9 +721,19 @@ func runServer(ctx context.Context, o Options, env Env) (err error) {
 				return err
 			}
 		}
-		l, err = k.recv(ctx, kindResult, 0)
+		l, err = k.recvAny(ctx, 0, kindResult, kindDone)
 		if err != nil {
 			return err
+		}
+		if l.kind == kindDone && c.Infinite {
+			// The client was interrupted during this period.
+			if err := k.send(line{kind: kindDone}); err != nil {
+				return err
+			}
+			return s.finish(dev)
+		}
+		if l.kind == kindDone {
+			return fmt.Errorf("client ended during size %d (%w)", size, errMalformed)
 		}
 		res, err := parseResult(l)
 		if err != nil {

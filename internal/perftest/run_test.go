@@ -203,7 +203,8 @@ func TestUnreachable(t *testing.T) {
 	}
 	start := time.Now()
 	err = Run(context.Background(), o, Env{Stdout: &syncBuffer{}})
-	want := "cannot reach server 127.0.0.1:" + strconv.Itoa(port) + ": connection refused"
+	want := "cannot reach server 127.0.0.1:" + strconv.Itoa(port) + ": connection refused (no server on that port; " +
+		"a perftest server run with -R or -z listens through rdma_cm, which rdmakit perf does not speak: run it without -R)"
 	if err == nil || err.Error() != want {
 		t.Errorf("error %v, want %q", err, want)
 	}
@@ -377,5 +378,53 @@ func TestServerDies(t *testing.T) {
 				t.Errorf("client noticed after %v", d)
 			}
 		})
+	}
+}
+
+// TestRunInfinitely: --run_infinitely prints one result per -D period
+// until the client is interrupted; then both sides end cleanly (nil).
+func TestRunInfinitely(t *testing.T) {
+	for _, name := range []string{"write_bw", "send_bw"} {
+		t.Run(name, func(t *testing.T) {
+			args := []string{name, "--run_infinitely", "-D", "1", "-d", "shm0"}
+			so, _ := ParseArgs(args)
+			co, _ := ParseArgs(args)
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			co.Server, co.Port = "127.0.0.1", ln.Addr().(*net.TCPAddr).Port
+			var sout, cout syncBuffer
+			done := make(chan error, 1)
+			go func() { done <- Run(context.Background(), so, Env{Stdout: &sout, Listener: ln}) }()
+			// Interrupted once it has printed two periods (or after 30 s).
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			go func() {
+				for ctx.Err() == nil && len(resultLines(cout.String())) < 2 {
+					time.Sleep(20 * time.Millisecond)
+				}
+				cancel()
+			}()
+			if err := Run(ctx, co, Env{Stdout: &cout}); err != nil {
+				t.Fatalf("client: %v\n%s", err, cout.String())
+			}
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Fatalf("server: %v\n%s", err, sout.String())
+				}
+			case <-time.After(15 * time.Second):
+				t.Fatal("server did not end after the client was interrupted")
+			}
+			if n := len(resultLines(cout.String())); n < 2 {
+				t.Errorf("client printed %d periods, want 2 before it was interrupted:\n%s", n, cout.String())
+			}
+		})
+	}
+	for _, bad := range [][]string{{"write_lat", "--run_infinitely"}, {"write_bw", "--run_infinitely", "-a"}, {"write_bw", "--run_infinitely", "--loopback"}} {
+		if _, err := ParseArgs(bad); !errors.Is(err, ErrUsage) {
+			t.Errorf("%q: %v, want a usage error", bad, err)
+		}
 	}
 }

@@ -93,6 +93,10 @@ func (w *watch) check(progress uint64) error {
 	return nil
 }
 
+// start restarts the stall clock: a timed loop begins (setup and the
+// exchange before it do not count).
+func (w *watch) start() { w.last, w.since = 0, time.Now() }
+
 // tune adapts the spinning to the device's transport.
 func (w *watch) tune(dev verbs.DeviceInfo) {
 	w.yieldEvery = yieldOthers

@@ -301,6 +301,7 @@ type hello struct {
 	size     int64
 	iters    int64
 	duration int
+	infinite bool
 	qps      int
 	bidir    bool
 	atomic   AtomicOp
@@ -320,6 +321,7 @@ func (h hello) line() line {
 	l.set("size", h.size)
 	l.set("iters", h.iters)
 	l.set("dur", h.duration)
+	l.set("inf", h.infinite)
 	l.set("qps", h.qps)
 	l.set("bidir", h.bidir)
 	l.set("atomic", h.atomic)
@@ -363,6 +365,7 @@ func parseHello(l line) (hello, error) {
 	h.size = r.int("size", 1, maxMsgSize)
 	h.iters = r.int("iters", 0, 1<<32)
 	h.duration = int(r.int("dur", 0, 1<<20))
+	h.infinite = r.bool("inf")
 	h.qps = int(r.int("qps", 1, maxQPs))
 	h.bidir = r.bool("bidir")
 	atomic := r.str("atomic")

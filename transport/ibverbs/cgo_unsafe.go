@@ -483,7 +483,7 @@ type rtrAttr struct {
 	destQPN, rqPSN               uint32
 	mtu, maxDestRd, minRNR, port uint8
 	global                       bool
-	sgid, hopLimit               uint8
+	sgid, hopLimit, sl, tclass   uint8
 	dlid                         uint16
 	dgid                         [16]byte
 }
@@ -496,6 +496,7 @@ func (q *cQP) modifyRTR(a *rtrAttr) error {
 		r.is_global = 1
 	}
 	r.sgid_index, r.hop_limit, r.dlid = C.uint8_t(a.sgid), C.uint8_t(a.hopLimit), C.uint16_t(a.dlid)
+	r.sl, r.traffic_class = C.uint8_t(a.sl), C.uint8_t(a.tclass)
 	for i, b := range a.dgid {
 		r.dgid[i] = C.uint8_t(b)
 	}

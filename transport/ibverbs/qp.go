@@ -349,7 +349,10 @@ func (q *qp) rtr(attr *verbs.QPAttr) error {
 	}
 	r := rtrAttr{destQPN: attr.DestQPN & 0xffffff, rqPSN: attr.RQPSN & 0xffffff, mtu: uint8(mtu),
 		maxDestRd: clampRd(attr.MaxDestRdAtomic, q.d.extra.maxRdAtom), minRNR: attr.MinRNRTimer,
-		port: q.port, dlid: peer.LID, dgid: peer.GID, hopLimit: 64}
+		port: q.port, dlid: peer.LID, dgid: peer.GID, hopLimit: 64, sl: attr.AH.SL, tclass: attr.AH.TrafficClass}
+	if attr.AH.SL > 15 {
+		return fmt.Errorf("%w: service level %d (0..15)", verbs.ErrInvalidArgument, attr.AH.SL)
+	}
 	if pi.LinkLayer == "Ethernet" || peer.LID == 0 {
 		r.global = true
 		idx, err := q.sgidIndex(peer.GID)

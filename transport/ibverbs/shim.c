@@ -279,14 +279,14 @@ int rk_modify_rtr(struct ibv_qp *qp, struct rk_rtr *r)
 	a.min_rnr_timer = r->min_rnr_timer;
 	a.ah_attr.is_global = r->is_global;
 	a.ah_attr.dlid = r->dlid;
-	a.ah_attr.sl = 0;
+	a.ah_attr.sl = r->sl;
 	a.ah_attr.src_path_bits = 0;
 	a.ah_attr.port_num = r->port;
 	if (r->is_global) {
 		memcpy(a.ah_attr.grh.dgid.raw, r->dgid, 16);
 		a.ah_attr.grh.sgid_index = r->sgid_index;
 		a.ah_attr.grh.hop_limit = r->hop_limit;
-		a.ah_attr.grh.traffic_class = 0;
+		a.ah_attr.grh.traffic_class = r->traffic_class;
 		a.ah_attr.grh.flow_label = 0;
 	}
 	return ibv_modify_qp(qp, &a,

@@ -94,8 +94,9 @@ struct rk_gid {
 struct rk_rtr {
 	uint32_t dest_qpn, rq_psn;
 	uint8_t path_mtu, max_dest_rd_atomic, min_rnr_timer, port;
-	uint8_t is_global, sgid_index, hop_limit, pad;
+	uint8_t is_global, sgid_index, hop_limit, sl;
 	uint16_t dlid;
+	uint8_t traffic_class, pad;
 	uint8_t dgid[16];
 };
 

@@ -235,9 +235,16 @@ type QPCap struct {
 // AddressHandle says how to reach the remote QP. GID is its network address
 // where the transport has one (cm fills it from the handshake connection);
 // Dest is the transport-specific address the peer's QP.Address returned.
+//
+// SL (service level, InfiniBand) and TrafficClass (the GRH's traffic
+// class; the IP header's DSCP and ECN bits on RoCE v2) are carried into
+// the QP's address vector by transports that have one (ibverbs); software
+// transports ignore them. Zero is the default, as in ibv_ah_attr.
 type AddressHandle struct {
-	GID  net.IP
-	Dest []byte
+	GID          net.IP
+	Dest         []byte
+	SL           uint8
+	TrafficClass uint8
 }
 
 // QPAttr are the attributes QP.Modify applies. Which fields matter depends

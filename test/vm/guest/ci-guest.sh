@@ -93,7 +93,7 @@ fi
 if [[ -z ${CI_RUN:-} && -x ./rdmakit && -f "$HERE/perftest-interop.sh" ]]; then
   # shellcheck source=perftest-interop.sh
   . "$HERE/perftest-interop.sh"
-  echo "# perftest-wire interop done at $(elapsed)"
+  echo "# perftest interop done at $(elapsed)"
 fi
 
 if [[ -z ${CI_RUN:-} && -x ./rdmakit && -f "$HERE/kube.sh" ]]; then

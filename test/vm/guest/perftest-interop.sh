@@ -1,13 +1,15 @@
 #!/bin/bash
-# perftest-interop.sh - rdmakit perf --perftest-wire against Debian's
-# perftest binaries on rxe (RoCE v2, the IPv4-mapped GID): write_bw and
-# send_bw, each with rdmakit as client of ib_*_bw's server and as server
-# of ib_*_bw's client. One RESULT line per pair.
+# perftest-interop.sh - rdmakit perf against Debian's perftest binaries on
+# rxe (RoCE v2, the IPv4-mapped GID), with no special flag: rdmakit tells
+# perftest's exchange from its own. All eight tests in both roles, small
+# and 64 KiB sizes, -q 2, -a sweeps, -S/-T, a write_bw size mismatch
+# (which must fail on rdmakit's side with a message naming -s) and a
+# perftest -R server (named in rdmakit's error). One RESULT line per check.
 #
 # Sourced by ci-guest.sh (uses result(), LOG, RXE, RXE_IP); run on its own
 # (test/vm/run.sh ... -- bash perftest-interop.sh) it sets up rxe itself
 # and ends with the "N passed, N failed, N skipped" summary.
-# Env: PI_N (iterations, default 200), PI_SIZE (bytes, default 65536).
+# Env: PI_N (iterations, default 50).
 PI_STANDALONE=0
 if [[ ${BASH_SOURCE[0]} == "$0" ]]; then
   set -uo pipefail
@@ -22,42 +24,96 @@ if [[ ${BASH_SOURCE[0]} == "$0" ]]; then
   "$HERE/rdma-setup.sh" rxe-dummy > "$LOG/setup.txt" 2>&1 || { cat "$LOG/setup.txt"; result FAIL setup "rdma-setup.sh failed"; }
   RXE=rxe_dum; RXE_IP=10.200.0.1
 fi
-PI_N=${PI_N:-200}; PI_SIZE=${PI_SIZE:-65536}
+PI_N=${PI_N:-50}
 PI_GIDX=$(awk -v d="name=$RXE" '$0 ~ d {for(i=1;i<=NF;i++) if($i ~ /^gid=/) print substr($i,5)}' "$LOG/setup.txt" | head -1)
 PI_GIDX=${PI_GIDX:-1}
+pi_t0=$(cut -d' ' -f1 /proc/uptime)
 
-pi_line() {  # file: the first result line after the "#bytes" header
-  awk '/#bytes/{getline; print; exit}' "$1" | tr -s ' '
+pi_line() {  # file: the last result line after the "#bytes" header
+  awk '/#bytes/{h=1; next} h && /^ *[0-9]/{l=$0} END{print l}' "$1" | tr -s ' '
 }
 
-pi_pair() {  # test server(rdmakit|perftest)
-  local test=$1 srv=$2 p=$((18600 + PASS + FAIL + SKIP)) rc src sp
-  local base=$LOG/pwire-$test-$srv-server
-  local rk=(./rdmakit perf "$test" --perftest-wire -d "$RXE" -s "$PI_SIZE" -n "$PI_N" -p "$p")
-  local pt=(ib_"$test" -d "$RXE" -x "$PI_GIDX" -F -s "$PI_SIZE" -n "$PI_N" -p "$p")
+# pi_run test server(rdmakit|perftest) expect(ok|fail) rdmakit-args -- perftest-args
+# Starts the server, then the client; sets pi_rc/pi_src/pi_base.
+pi_run() {
+  local test=$1 srv=$2; shift 2
+  local p=$((18600 + PASS + FAIL + SKIP)) rk=() pt=() sp
+  while [[ $# -gt 0 && $1 != -- ]]; do rk+=("$1"); shift; done
+  shift
+  pt=("$@")
+  pi_base=$LOG/pi-$test-$srv-$p
+  local r=(./rdmakit perf "$test" -d "$RXE" -n "$PI_N" -p "$p" "${rk[@]}")
+  local q=(ib_"$test" -d "$RXE" -x "$PI_GIDX" -F -n "$PI_N" -p "$p" "${pt[@]}")
   local s c
-  if [[ $srv == rdmakit ]]; then s=("${rk[@]}"); c=("${pt[@]}"); else s=("${pt[@]}"); c=("${rk[@]}"); fi
-  timeout 120 "${s[@]}" > "$base.server" 2>&1 & sp=$!
+  if [[ $srv == rdmakit ]]; then s=("${r[@]}"); c=("${q[@]}"); else s=("${q[@]}"); c=("${r[@]}"); fi
+  timeout 60 "${s[@]}" > "$pi_base.server" 2>&1 & sp=$!
   for _ in $(seq 1 100); do ss -Hltn "sport = :$p" 2>/dev/null | grep -q . && break; sleep 0.1; done
-  timeout 120 "${c[@]}" "$RXE_IP" > "$base.client" 2>&1; rc=$?
-  wait "$sp"; src=$?
-  local cl sl; cl=$(pi_line "$base.client"); sl=$(pi_line "$base.server")
-  local label="perftest-wire rxe $test ($srv server)"
-  if [[ $rc == 0 && $src == 0 && -n $cl && -n $sl ]]; then
-    result ok "$label" "client:$cl | server:$sl"
+  timeout 60 "${c[@]}" "$RXE_IP" > "$pi_base.client" 2>&1; pi_rc=$?
+  wait "$sp"; pi_src=$?
+}
+
+# pi_pair label test server args...: both exit 0 and the client reports.
+pi_pair() {
+  local label=$1 test=$2 srv=$3; shift 3
+  pi_run "$test" "$srv" "$@"
+  local cl sl; cl=$(pi_line "$pi_base.client"); sl=$(pi_line "$pi_base.server")
+  label="perftest rxe $test $label ($srv server)"
+  if [[ $pi_rc == 0 && $pi_src == 0 && -n $cl ]]; then
+    result ok "$label" "client:$cl${sl:+ | server:$sl}"
   else
-    result FAIL "$label" "rc=$rc/$src | $(tail -q -n 3 "$base.client" "$base.server" | tr '\n' ' ')"
+    result FAIL "$label" "rc=$pi_rc/$pi_src | $(tail -q -n 3 "$pi_base.client" "$pi_base.server" | tr '\n' ' ')"
   fi
 }
 
 if [[ -x ./rdmakit ]] && command -v ib_write_bw > /dev/null; then
-  for t in write_bw send_bw; do
-    pi_pair "$t" perftest
-    pi_pair "$t" rdmakit
+  for t in write_bw read_bw send_bw write_lat read_lat send_lat; do
+    for srv in perftest rdmakit; do
+      pi_pair "-s 64" "$t" "$srv" -s 64 -- -s 64
+    done
   done
+  for t in atomic_bw atomic_lat; do
+    for srv in perftest rdmakit; do
+      pi_pair "" "$t" "$srv" --
+    done
+  done
+  pi_pair "-s 65536 -q 2" write_bw rdmakit -s 65536 -q 2 -- -s 65536 -q 2
+  pi_pair "-s 4096 -q 2" send_bw perftest -s 4096 -q 2 -- -s 4096 -q 2
+  # Service level and traffic class in the address handle (perftest: --tclass).
+  pi_pair "-S 1 -T 96" write_bw rdmakit -S 1 -T 96 -- -S 1 --tclass=96
+  # -a: every size from 2 bytes to 8 MiB (few iterations)
+  PI_N_SAVE=$PI_N; PI_N=5
+  pi_pair "-a" write_bw rdmakit -a -- -a
+  pi_pair "-a" send_bw perftest -a -- -a
+  PI_N=$PI_N_SAVE
+  # A size mismatch fails on rdmakit's side, naming -s.
+  pi_run write_bw rdmakit -s 64 -- -s 1024
+  if [[ $pi_src != 0 ]] && grep -q -- "same -s" "$pi_base.server"; then
+    result ok "perftest rxe write_bw size mismatch (rdmakit server)" "rc=$pi_rc/$pi_src: $(grep -h -- 'same -s' "$pi_base.server" | head -1)"
+  else
+    result FAIL "perftest rxe write_bw size mismatch (rdmakit server)" "rc=$pi_rc/$pi_src | $(tail -q -n 3 "$pi_base.client" "$pi_base.server" | tr '\n' ' ')"
+  fi
+  pi_run write_bw perftest -s 65536 -- -s 1024
+  if [[ $pi_rc != 0 ]] && grep -q -- "same -s" "$pi_base.client"; then
+    result ok "perftest rxe write_bw size mismatch (perftest server)" "rc=$pi_rc/$pi_src: $(grep -h -- 'same -s' "$pi_base.client" | head -1)"
+  else
+    result FAIL "perftest rxe write_bw size mismatch (perftest server)" "rc=$pi_rc/$pi_src | $(tail -q -n 3 "$pi_base.client" "$pi_base.server" | tr '\n' ' ')"
+  fi
+  # perftest -R moves its whole exchange onto rdma_cm: not spoken; the
+  # rdmakit client says so when the TCP connection is refused.
+  p=$((18600 + PASS + FAIL + SKIP)); pi_base=$LOG/pi-R-$p
+  timeout 60 ib_write_bw -d "$RXE" -x "$PI_GIDX" -F -R -p "$p" > "$pi_base.server" 2>&1 & sp=$!
+  sleep 2
+  timeout 30 ./rdmakit perf write_bw -d "$RXE" -p "$p" "$RXE_IP" > "$pi_base.client" 2>&1; pi_rc=$?
+  kill "$sp" 2> /dev/null; wait "$sp"; pi_src=$?
+  if [[ $pi_rc != 0 ]] && grep -q -- "run it without -R" "$pi_base.client"; then
+    result ok "perftest rxe write_bw -R server named (rdmakit client)" "rc=$pi_rc/$pi_src"
+  else
+    result FAIL "perftest rxe write_bw -R server named (rdmakit client)" "rc=$pi_rc/$pi_src | $(tail -q -n 3 "$pi_base.client" "$pi_base.server" | tr '\n' ' ')"
+  fi
 else
-  result skip "perftest-wire" "rdmakit or perftest missing"
+  result skip "perftest interop" "rdmakit or perftest missing"
 fi
+echo "# perftest interop took $(awk -v a="$pi_t0" -v b="$(cut -d' ' -f1 /proc/uptime)" 'BEGIN{printf "%.0fs", b-a}')"
 if [[ $PI_STANDALONE == 1 ]]; then
   echo "$PASS passed, $FAIL failed, $SKIP skipped"
   ((FAIL == 0))
