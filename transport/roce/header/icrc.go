@@ -60,9 +60,9 @@ func pseudo(buf *[pseudoMax]byte, a *Addrs, bth []byte, n int) ([]byte, int) {
 		binary.BigEndian.PutUint16(h[2:], uint16(ipv4Len+udpLen+n))
 		binary.BigEndian.PutUint16(h[4:], a.ID)
 		binary.BigEndian.PutUint16(h[6:], 0x4000) // DF
-		h[8] = 0xff                              // TTL
-		h[9] = 17                                // UDP
-		h[10], h[11] = 0xff, 0xff                // checksum
+		h[8] = 0xff                               // TTL
+		h[9] = 17                                 // UDP
+		h[10], h[11] = 0xff, 0xff                 // checksum
 		s, d := a.Src.Unmap().As4(), a.Dst.Unmap().As4()
 		copy(h[12:], s[:])
 		copy(h[16:], d[:])
