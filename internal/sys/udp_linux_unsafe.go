@@ -1,0 +1,182 @@
+//go:build linux
+
+package sys
+
+import (
+	"net/netip"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+const ctlLen = 64
+
+type batchOS struct {
+	hdrs  [MaxBatch]unix.Mmsghdr
+	iovs  [MaxBatch]unix.Iovec
+	names [MaxBatch]unix.RawSockaddrInet6
+	ctl   [MaxBatch][ctlLen]byte
+}
+
+// HasUDPBatch reports whether SendBatch and RecvBatch work on this system.
+const HasUDPBatch = true
+
+func (b *UDPBatch) setName(i int, a netip.AddrPort) uint32 {
+	p := (*[2]byte)(unsafe.Pointer(&b.names[i].Port))
+	ip := a.Addr()
+	if ip.Is4() {
+		sa := (*unix.RawSockaddrInet4)(unsafe.Pointer(&b.names[i]))
+		*sa = unix.RawSockaddrInet4{Family: unix.AF_INET, Addr: ip.As4()}
+		p = (*[2]byte)(unsafe.Pointer(&sa.Port))
+		p[0], p[1] = byte(a.Port()>>8), byte(a.Port())
+		return unix.SizeofSockaddrInet4
+	}
+	b.names[i] = unix.RawSockaddrInet6{Family: unix.AF_INET6, Addr: ip.As16()}
+	p[0], p[1] = byte(a.Port()>>8), byte(a.Port())
+	return unix.SizeofSockaddrInet6
+}
+
+func (b *UDPBatch) name(i int) netip.AddrPort {
+	sa := &b.names[i]
+	switch sa.Family {
+	case unix.AF_INET:
+		s4 := (*unix.RawSockaddrInet4)(unsafe.Pointer(sa))
+		p := (*[2]byte)(unsafe.Pointer(&s4.Port))
+		return netip.AddrPortFrom(netip.AddrFrom4(s4.Addr), uint16(p[0])<<8|uint16(p[1]))
+	case unix.AF_INET6:
+		p := (*[2]byte)(unsafe.Pointer(&sa.Port))
+		return netip.AddrPortFrom(netip.AddrFrom16(sa.Addr).Unmap(), uint16(p[0])<<8|uint16(p[1]))
+	}
+	return netip.AddrPort{}
+}
+
+// SendBatch sends Bufs[i] to Addrs[i] for i in [from, n) with one
+// sendmmsg(2) and returns how many left. It retries on EINTR and returns
+// ErrAgain when the socket cannot take one now.
+func (b *UDPBatch) SendBatch(fd, from, n int) (int, error) {
+	if from >= n {
+		return 0, nil
+	}
+	for i := from; i < n; i++ {
+		h := &b.hdrs[i].Hdr
+		*h = unix.Msghdr{}
+		b.iovs[i].Base = unsafe.SliceData(b.Bufs[i])
+		b.iovs[i].SetLen(len(b.Bufs[i]))
+		h.Iov = &b.iovs[i]
+		h.Iovlen = 1
+		h.Name = (*byte)(unsafe.Pointer(&b.names[i]))
+		h.Namelen = b.setName(i, b.Addrs[i])
+	}
+	for {
+		r, _, e := unix.Syscall6(unix.SYS_SENDMMSG, uintptr(fd), uintptr(unsafe.Pointer(&b.hdrs[from])), uintptr(n-from), 0, 0, 0)
+		switch e {
+		case 0:
+			return int(r), nil
+		case unix.EINTR:
+			continue
+		case unix.EAGAIN:
+			return 0, ErrAgain
+		}
+		return 0, e
+	}
+}
+
+// RecvBatch receives up to n datagrams into Bufs[:n] with one
+// recvmmsg(2), without waiting, and sets their Lens, Addrs and TOS. It
+// returns ErrAgain when nothing is there.
+func (b *UDPBatch) RecvBatch(fd, n int) (int, error) {
+	for i := 0; i < n; i++ {
+		h := &b.hdrs[i].Hdr
+		*h = unix.Msghdr{}
+		b.iovs[i].Base = unsafe.SliceData(b.Bufs[i])
+		b.iovs[i].SetLen(len(b.Bufs[i]))
+		h.Iov = &b.iovs[i]
+		h.Iovlen = 1
+		h.Name = (*byte)(unsafe.Pointer(&b.names[i]))
+		h.Namelen = unix.SizeofSockaddrInet6
+		h.Control = &b.ctl[i][0]
+		h.SetControllen(ctlLen)
+	}
+	for {
+		r, _, e := unix.Syscall6(unix.SYS_RECVMMSG, uintptr(fd), uintptr(unsafe.Pointer(&b.hdrs[0])), uintptr(n), unix.MSG_DONTWAIT, 0, 0)
+		switch e {
+		case 0:
+		case unix.EINTR:
+			continue
+		case unix.EAGAIN:
+			return 0, ErrAgain
+		default:
+			return 0, e
+		}
+		got := int(r)
+		for i := 0; i < got; i++ {
+			b.Lens[i] = int(b.hdrs[i].Len)
+			b.Addrs[i] = b.name(i)
+			b.TOS[i] = b.tos(i)
+		}
+		return got, nil
+	}
+}
+
+// tos finds the IP_TOS / IPV6_TCLASS control message of datagram i.
+func (b *UDPBatch) tos(i int) uint8 {
+	h := &b.hdrs[i].Hdr
+	c := b.ctl[i][:min(int(h.Controllen), ctlLen)]
+	for len(c) >= unix.SizeofCmsghdr {
+		m := (*unix.Cmsghdr)(unsafe.Pointer(&c[0]))
+		l := int(m.Len)
+		if l < unix.SizeofCmsghdr || l > len(c) {
+			return 0
+		}
+		data := c[unix.SizeofCmsghdr:l]
+		switch {
+		case m.Level == unix.IPPROTO_IP && m.Type == unix.IP_TOS && len(data) >= 1:
+			return data[0]
+		case m.Level == unix.IPPROTO_IPV6 && m.Type == unix.IPV6_TCLASS && len(data) >= 4:
+			return uint8(*(*int32)(unsafe.Pointer(&data[0])))
+		}
+		adv := (l + unix.SizeofPtr - 1) &^ (unix.SizeofPtr - 1)
+		if adv > len(c) {
+			return 0
+		}
+		c = c[adv:]
+	}
+	return 0
+}
+
+// SetUDPOptions prepares a UDP socket for RoCEv2: DF set on every
+// datagram (so the IPv4 identification is 0 and datagrams never
+// fragment), the traffic class tos on every datagram (ECN bits included),
+// the traffic class of arriving datagrams reported (RecvBatch's TOS), and
+// buffers of bufSize bytes each way (as far as the system allows).
+func SetUDPOptions(fd int, v6 bool, tos uint8, bufSize int) error {
+	set := func(level, opt, v int) error { return unix.SetsockoptInt(fd, level, opt, v) }
+	var err error
+	if v6 {
+		err = firstErr(set(unix.IPPROTO_IPV6, unix.IPV6_MTU_DISCOVER, unix.IPV6_PMTUDISC_DO),
+			set(unix.IPPROTO_IPV6, unix.IPV6_TCLASS, int(tos)),
+			set(unix.IPPROTO_IPV6, unix.IPV6_RECVTCLASS, 1))
+	} else {
+		err = firstErr(set(unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DO),
+			set(unix.IPPROTO_IP, unix.IP_TOS, int(tos)),
+			set(unix.IPPROTO_IP, unix.IP_RECVTOS, 1))
+	}
+	if err != nil {
+		return err
+	}
+	if bufSize > 0 {
+		// Best effort: the kernel caps these at net.core.[rw]mem_max.
+		set(unix.SOL_SOCKET, unix.SO_RCVBUF, bufSize)
+		set(unix.SOL_SOCKET, unix.SO_SNDBUF, bufSize)
+	}
+	return nil
+}
+
+func firstErr(errs ...error) error {
+	for _, e := range errs {
+		if e != nil {
+			return e
+		}
+	}
+	return nil
+}

@@ -1,0 +1,406 @@
+package roce
+
+// A device's UDP socket and its progress goroutine.
+//
+// Goroutines: one progress goroutine per endpoint (run). It receives
+// datagrams in batches (recvmmsg), checks and dispatches them to queue
+// pairs by destination QP number: requests to the QP's responder (which
+// this goroutine alone runs, under the QP's rxMu), responses to its
+// requester (under the QP's mu). Responses it owes are gathered in its own
+// transmit batch and sent (sendmmsg) when the batch is full and after
+// each receive batch, so ACKs coalesce under load and leave at once
+// otherwise. Requests are sent by whoever makes them possible (PostSend's
+// caller, the timer, this goroutine after an ACK), each QP with its own
+// batch under its txMu.
+//
+// Contexts opened with the same bind address share one endpoint
+// (refcounted): a UDP port can be bound once.
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"syscall"
+
+	"github.com/rdmakit/rdmakit/internal/sys"
+	"github.com/rdmakit/rdmakit/transport/roce/header"
+	"github.com/rdmakit/rdmakit/verbs"
+)
+
+const (
+	// maxPacket is the largest UDP payload sent or accepted: a 4096-byte
+	// MTU and the longest header set.
+	maxPacket = 4096 + 64
+	// sockBuf is the socket buffer size asked for each way.
+	sockBuf = 4 << 20
+	// tosECT is the traffic class of every datagram: ECN-capable (ECT(0)).
+	tosECT  = 0x02
+	ecnMask = 0x03
+	ecnCE   = 0x03
+)
+
+// Counters are an endpoint's packet counters (see Stats).
+type Counters struct {
+	RxPackets, TxPackets uint64
+	RxBadICRC            uint64 // dropped: ICRC mismatch
+	RxMalformed          uint64 // dropped: header parse error
+	RxUnknownQP          uint64 // dropped: no such QP, or not from its peer
+	RxIDRecovered        uint64 // IPv4 ICRC matched with a non-zero identification
+	RxCE                 uint64 // arrived with ECN CE marked
+	TxCNP, RxCNP         uint64 // congestion notifications sent and received
+	Retransmits          uint64 // request packets sent again
+	SendErrors           uint64 // datagrams the socket refused (dropped)
+}
+
+type counters struct {
+	rxPackets, txPackets, rxBadICRC, rxMalformed, rxUnknownQP, rxIDRecovered, rxCE, txCNP, rxCNP, retransmits, sendErrors atomic.Uint64
+}
+
+func (c *counters) snapshot() Counters {
+	return Counters{RxPackets: c.rxPackets.Load(), TxPackets: c.txPackets.Load(), RxBadICRC: c.rxBadICRC.Load(),
+		RxMalformed: c.rxMalformed.Load(), RxUnknownQP: c.rxUnknownQP.Load(), RxIDRecovered: c.rxIDRecovered.Load(),
+		RxCE: c.rxCE.Load(), TxCNP: c.txCNP.Load(), RxCNP: c.rxCNP.Load(), Retransmits: c.retransmits.Load(),
+		SendErrors: c.sendErrors.Load()}
+}
+
+// Stats returns the packet counters of the roce context ctx's device
+// socket (shared by the contexts bound to the same address).
+func Stats(ctx *verbs.Context) (Counters, bool) {
+	if a := ctxOf(ctx); a != nil {
+		return a.ep.stats.snapshot(), true
+	}
+	return Counters{}, false
+}
+
+// registry of endpoints by bind address.
+var (
+	regMu sync.Mutex
+	reg   = map[netip.AddrPort]*endpoint{}
+)
+
+type endpoint struct {
+	key   netip.AddrPort
+	conn  *net.UDPConn
+	raw   syscall.RawConn
+	local netip.AddrPort
+	mtu   verbs.MTU
+	stats counters
+	wg    sync.WaitGroup
+
+	refs int // under regMu
+
+	// qps maps QP numbers to QPs from RTR on; copy on write under qmu,
+	// read lock-free by the progress goroutine.
+	qmu sync.Mutex
+	qps atomic.Pointer[map[uint32]*qpDriver]
+
+	// wrap is the socket wrapper used by tests to lose, duplicate and
+	// reorder datagrams (nil: none).
+	wrap Filter
+
+	// Progress goroutine only.
+	rx      sys.UDPBatch
+	tx      sys.UDPBatch
+	txN     int
+	hasher  header.Hasher
+	pkt     header.Packet
+	touched []*qpDriver
+	backlog []*qpDriver // QPs with responses left to send
+	block   bool        // the next receive may wait
+	recvFn  func(fd uintptr) bool
+	recvN   int
+	recvErr error
+}
+
+// Filter sees every datagram an endpoint sends, for tests that make the
+// network lossy: it sends what it wants with send (nothing: lost; twice:
+// duplicated; a copy later: reordered). b is reused after it returns.
+type Filter func(b []byte, to netip.AddrPort, send func(b []byte, to netip.AddrPort))
+
+// testFilter, when set, is installed on endpoints as they are created.
+var testFilter Filter
+
+func acquire(bind netip.AddrPort, mtu verbs.MTU) (*endpoint, error) {
+	regMu.Lock()
+	defer regMu.Unlock()
+	if bind.Port() != 0 {
+		if ep := reg[bind]; ep != nil {
+			ep.refs++
+			return ep, nil
+		}
+	}
+	ep, err := newEndpoint(bind, mtu)
+	if err != nil {
+		return nil, err
+	}
+	ep.refs = 1
+	if bind.Port() != 0 {
+		reg[bind] = ep
+	}
+	return ep, nil
+}
+
+func (ep *endpoint) release() error {
+	regMu.Lock()
+	ep.refs--
+	last := ep.refs == 0
+	if last && reg[ep.key] == ep {
+		delete(reg, ep.key)
+	}
+	regMu.Unlock()
+	if !last {
+		return nil
+	}
+	err := ep.conn.Close()
+	ep.wg.Wait()
+	if err != nil && !errors.Is(err, net.ErrClosed) {
+		return fmt.Errorf("roce: closing the socket: %w", err)
+	}
+	return nil
+}
+
+func newEndpoint(bind netip.AddrPort, mtu verbs.MTU) (*endpoint, error) {
+	network := "udp4"
+	if bind.Addr().Is6() {
+		network = "udp6"
+	}
+	c, err := net.ListenUDP(network, net.UDPAddrFromAddrPort(bind))
+	if err != nil {
+		return nil, fmt.Errorf("roce: binding %s (%s; another RoCE endpoint on this address, e.g. the kernel's rxe, holds the port): %w", bind, EnvAddr, err)
+	}
+	raw, err := c.SyscallConn()
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	var serr error
+	if err := raw.Control(func(fd uintptr) {
+		serr = sys.SetUDPOptions(int(fd), bind.Addr().Is6(), tosECT, sockBuf)
+	}); err == nil && serr != nil {
+		err = serr
+	}
+	if err != nil {
+		c.Close()
+		return nil, fmt.Errorf("roce: socket options: %w", err)
+	}
+	la := c.LocalAddr().(*net.UDPAddr).AddrPort()
+	ep := &endpoint{key: bind, conn: c, raw: raw, local: netip.AddrPortFrom(la.Addr().Unmap(), la.Port()), mtu: mtu, wrap: testFilter}
+	m := map[uint32]*qpDriver{}
+	ep.qps.Store(&m)
+	pool := make([]byte, 2*sys.MaxBatch*maxPacket)
+	for i := 0; i < sys.MaxBatch; i++ {
+		ep.rx.Bufs[i] = pool[i*maxPacket : (i+1)*maxPacket : (i+1)*maxPacket]
+	}
+	pool = pool[sys.MaxBatch*maxPacket:]
+	for i := 0; i < sys.MaxBatch; i++ {
+		ep.tx.Bufs[i] = pool[i*maxPacket : (i+1)*maxPacket : (i+1)*maxPacket]
+	}
+	ep.recvFn = ep.rawRecv
+	ep.wg.Add(1)
+	go ep.run()
+	return ep, nil
+}
+
+func (ep *endpoint) addQP(d *qpDriver) error {
+	ep.qmu.Lock()
+	defer ep.qmu.Unlock()
+	old := *ep.qps.Load()
+	if o := old[d.num]; o != nil && o != d {
+		return fmt.Errorf("%w: QP number %#x is in use on %s by another context; create the QP again", verbs.ErrBusy, d.num, ep.local)
+	}
+	m := make(map[uint32]*qpDriver, len(old)+1)
+	for k, v := range old {
+		m[k] = v
+	}
+	m[d.num] = d
+	ep.qps.Store(&m)
+	return nil
+}
+
+func (ep *endpoint) removeQP(d *qpDriver) {
+	ep.qmu.Lock()
+	defer ep.qmu.Unlock()
+	old := *ep.qps.Load()
+	if old[d.num] != d {
+		return
+	}
+	m := make(map[uint32]*qpDriver, len(old))
+	for k, v := range old {
+		if k != d.num {
+			m[k] = v
+		}
+	}
+	ep.qps.Store(&m)
+}
+
+func (ep *endpoint) rawRecv(fd uintptr) bool {
+	ep.recvN, ep.recvErr = ep.rx.RecvBatch(int(fd), sys.MaxBatch)
+	return ep.recvErr != sys.ErrAgain || !ep.block
+}
+
+// serviceBacklog sends the next burst of each backlogged QP's responses.
+func (ep *endpoint) serviceBacklog() {
+	if len(ep.backlog) == 0 {
+		return
+	}
+	b := ep.backlog
+	ep.backlog = ep.backlog[len(ep.backlog):]
+	for i, d := range b {
+		b[i] = nil
+		d.inBacklog = false
+		d.rxMu.Lock()
+		if d.rx.live && d.rx.resp != nil {
+			d.drainBurst()
+		}
+		d.rxMu.Unlock()
+	}
+	if len(ep.backlog) == 0 {
+		ep.backlog = b[:0]
+	}
+}
+
+// run is the progress goroutine.
+func (ep *endpoint) run() {
+	defer ep.wg.Done()
+	for {
+		ep.block = len(ep.backlog) == 0
+		if err := ep.raw.Read(ep.recvFn); err != nil {
+			return // closed
+		}
+		if ep.recvErr == sys.ErrAgain {
+			ep.recvN, ep.recvErr = 0, nil
+		}
+		if ep.recvErr != nil {
+			if errors.Is(ep.recvErr, net.ErrClosed) || errors.Is(ep.recvErr, syscall.EBADF) {
+				return
+			}
+			continue // e.g. ECONNREFUSED from an ICMP error: nothing to do
+		}
+		for i := 0; i < ep.recvN; i++ {
+			ep.input(ep.rx.Bufs[i][:ep.rx.Lens[i]], ep.rx.Addrs[i], ep.rx.TOS[i])
+		}
+		ep.stats.rxPackets.Add(uint64(ep.recvN))
+		for _, d := range ep.touched {
+			d.rxDone()
+		}
+		clear(ep.touched)
+		ep.touched = ep.touched[:0]
+		ep.serviceBacklog()
+		ep.flushTx()
+	}
+}
+
+// input checks one datagram and hands it to its QP.
+func (ep *endpoint) input(b []byte, from netip.AddrPort, tos uint8) {
+	p := &ep.pkt
+	if err := header.Parse(p, b); err != nil {
+		ep.stats.rxMalformed.Add(1)
+		return
+	}
+	d := (*ep.qps.Load())[p.BTH.DestQP()]
+	if d == nil {
+		ep.stats.rxUnknownQP.Add(1)
+		return
+	}
+	a := header.Addrs{Src: from.Addr(), Dst: ep.local.Addr(), SrcPort: from.Port(), DstPort: ep.local.Port()}
+	id, ok := ep.hasher.CheckICRC(&a, b)
+	if !ok {
+		ep.stats.rxBadICRC.Add(1)
+		return
+	}
+	if id != 0 {
+		ep.stats.rxIDRecovered.Add(1)
+	}
+	if tos&ecnMask == ecnCE {
+		ep.stats.rxCE.Add(1)
+	}
+	if !d.rxTouched {
+		d.rxTouched = true
+		d.rxMu.Lock()
+		ep.touched = append(ep.touched, d)
+	}
+	if from.Addr() != d.rx.peerIP {
+		ep.stats.rxUnknownQP.Add(1)
+		return
+	}
+	d.input(p, tos&ecnMask == ecnCE)
+}
+
+// txBuf returns the next buffer of the response batch, flushing it first
+// if it is full.
+func (ep *endpoint) txBuf() []byte {
+	if ep.txN == sys.MaxBatch {
+		ep.flushTx()
+	}
+	return ep.tx.Bufs[ep.txN][:maxPacket]
+}
+
+// txAdd queues the first n bytes of the buffer txBuf returned, to to.
+func (ep *endpoint) txAdd(n int, to netip.AddrPort) {
+	ep.tx.Bufs[ep.txN] = ep.tx.Bufs[ep.txN][:n]
+	ep.tx.Addrs[ep.txN] = to
+	ep.txN++
+}
+
+// flushTx sends the response batch.
+func (ep *endpoint) flushTx() {
+	if ep.txN == 0 {
+		return
+	}
+	ep.send(&ep.tx, ep.txN)
+	for i := 0; i < ep.txN; i++ {
+		ep.tx.Bufs[i] = ep.tx.Bufs[i][:maxPacket]
+	}
+	ep.txN = 0
+}
+
+// send sends b.Bufs[:n], waiting for the socket when it is full; errors
+// drop the datagrams (the protocol retransmits).
+func (ep *endpoint) send(b *sys.UDPBatch, n int) {
+	ep.stats.txPackets.Add(uint64(n))
+	if ep.wrap != nil {
+		n = ep.filter(b, n)
+	}
+	from := 0
+	var werr error
+	fn := func(fd uintptr) bool {
+		for from < n {
+			k, err := b.SendBatch(int(fd), from, n)
+			if err == sys.ErrAgain {
+				return false
+			}
+			if err != nil {
+				// One datagram refused (e.g. an unreachable peer):
+				// skip it.
+				ep.stats.sendErrors.Add(1)
+				from++
+				werr = err
+				continue
+			}
+			from += k
+		}
+		return true
+	}
+	if err := ep.raw.Write(fn); err != nil {
+		werr = err
+	}
+	_ = werr
+}
+
+// filter hands a batch to the test filter, which sends what it wants
+// through the socket itself; nothing is left for the batch.
+func (ep *endpoint) filter(b *sys.UDPBatch, n int) int {
+	for i := 0; i < n; i++ {
+		ep.wrap(b.Bufs[i], b.Addrs[i], ep.sendOne)
+	}
+	return 0
+}
+
+func (ep *endpoint) sendOne(b []byte, to netip.AddrPort) {
+	if _, err := ep.conn.WriteToUDPAddrPort(b, to); err != nil {
+		ep.stats.sendErrors.Add(1)
+	}
+}
