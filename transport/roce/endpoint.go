@@ -103,7 +103,7 @@ type endpoint struct {
 
 	// Progress goroutine only.
 	rx      sys.UDPBatch
-	tx      sys.UDPBatch
+	tx      *txBatch
 	txN     int
 	hasher  header.Hasher
 	pkt     header.Packet
@@ -190,14 +190,11 @@ func newEndpoint(bind netip.AddrPort, mtu verbs.MTU) (*endpoint, error) {
 	ep := &endpoint{key: bind, conn: c, raw: raw, local: netip.AddrPortFrom(la.Addr().Unmap(), la.Port()), mtu: mtu, wrap: testFilter}
 	m := map[uint32]*qpDriver{}
 	ep.qps.Store(&m)
-	pool := make([]byte, 2*sys.MaxBatch*maxPacket)
+	pool := make([]byte, sys.MaxBatch*maxPacket)
 	for i := 0; i < sys.MaxBatch; i++ {
 		ep.rx.Bufs[i] = pool[i*maxPacket : (i+1)*maxPacket : (i+1)*maxPacket]
 	}
-	pool = pool[sys.MaxBatch*maxPacket:]
-	for i := 0; i < sys.MaxBatch; i++ {
-		ep.tx.Bufs[i] = pool[i*maxPacket : (i+1)*maxPacket : (i+1)*maxPacket]
-	}
+	ep.tx = newTxBatch(ep)
 	ep.recvFn = ep.rawRecv
 	ep.wg.Add(1)
 	go ep.run()
@@ -350,53 +347,63 @@ func (ep *endpoint) flushTx() {
 	if ep.txN == 0 {
 		return
 	}
-	ep.send(&ep.tx, ep.txN)
-	for i := 0; i < ep.txN; i++ {
-		ep.tx.Bufs[i] = ep.tx.Bufs[i][:maxPacket]
-	}
+	ep.tx.send(ep.txN)
 	ep.txN = 0
 }
 
-// send sends b.Bufs[:n], waiting for the socket when it is full; errors
-// drop the datagrams (the protocol retransmits).
-func (ep *endpoint) send(b *sys.UDPBatch, n int) {
-	ep.stats.txPackets.Add(uint64(n))
-	if ep.wrap != nil {
-		n = ep.filter(b, n)
-	}
-	from := 0
-	var werr error
-	fn := func(fd uintptr) bool {
-		for from < n {
-			k, err := b.SendBatch(int(fd), from, n)
-			if err == sys.ErrAgain {
-				return false
-			}
-			if err != nil {
-				// One datagram refused (e.g. an unreachable peer):
-				// skip it.
-				ep.stats.sendErrors.Add(1)
-				from++
-				werr = err
-				continue
-			}
-			from += k
-		}
-		return true
-	}
-	if err := ep.raw.Write(fn); err != nil {
-		werr = err
-	}
-	_ = werr
+// txBatch is a batch of datagrams to send and the state of sending it,
+// so that the socket callback is made once (no allocation per send).
+type txBatch struct {
+	sys.UDPBatch
+	ep      *endpoint
+	n, from int
+	fn      func(fd uintptr) bool
 }
 
-// filter hands a batch to the test filter, which sends what it wants
-// through the socket itself; nothing is left for the batch.
-func (ep *endpoint) filter(b *sys.UDPBatch, n int) int {
-	for i := 0; i < n; i++ {
-		ep.wrap(b.Bufs[i], b.Addrs[i], ep.sendOne)
+func newTxBatch(ep *endpoint) *txBatch {
+	b := &txBatch{ep: ep}
+	b.fn = b.write
+	pool := make([]byte, sys.MaxBatch*maxPacket)
+	for i := range b.Bufs {
+		b.Bufs[i] = pool[i*maxPacket : (i+1)*maxPacket : (i+1)*maxPacket]
 	}
-	return 0
+	return b
+}
+
+// send sends Bufs[:n], waiting for the socket when it is full; a
+// datagram the socket refuses is dropped (the protocol retransmits).
+// The buffers are ready for reuse when it returns.
+func (b *txBatch) send(n int) {
+	ep := b.ep
+	ep.stats.txPackets.Add(uint64(n))
+	if ep.wrap != nil {
+		for i := 0; i < n; i++ {
+			ep.wrap(b.Bufs[i], b.Addrs[i], ep.sendOne)
+		}
+	} else {
+		b.n, b.from = n, 0
+		ep.raw.Write(b.fn)
+	}
+	for i := 0; i < n; i++ {
+		b.Bufs[i] = b.Bufs[i][:maxPacket]
+	}
+}
+
+func (b *txBatch) write(fd uintptr) bool {
+	for b.from < b.n {
+		k, err := b.SendBatch(int(fd), b.from, b.n)
+		if err == sys.ErrAgain {
+			return false
+		}
+		if err != nil {
+			// One datagram refused (e.g. an ICMP error reported): skip it.
+			b.ep.stats.sendErrors.Add(1)
+			b.from++
+			continue
+		}
+		b.from += k
+	}
+	return true
 }
 
 func (ep *endpoint) sendOne(b []byte, to netip.AddrPort) {

@@ -87,7 +87,7 @@ type qpDriver struct {
 
 	// txMu serialises transmitting requests: the batch below.
 	txMu     sync.Mutex
-	tx       *sys.UDPBatch
+	tx       *txBatch
 	txHasher header.Hasher
 	txPkt    header.Packet
 	next     rcproto.Packet
@@ -211,11 +211,7 @@ func (d *qpDriver) startLocked(attr *verbs.QPAttr) {
 	})
 	d.cc.init(d.now())
 	if d.tx == nil {
-		d.tx = new(sys.UDPBatch)
-		pool := make([]byte, sys.MaxBatch*maxPacket)
-		for i := range d.tx.Bufs {
-			d.tx.Bufs[i] = pool[i*maxPacket : (i+1)*maxPacket : (i+1)*maxPacket]
-		}
+		d.tx = newTxBatch(d.ep)
 	}
 	d.applyLocked(d.req.Connected(d.now()))
 }
@@ -396,10 +392,7 @@ func (d *qpDriver) flush() {
 		wait := d.cc.wait(now)
 		d.mu.Unlock()
 		if n > 0 {
-			d.ep.send(d.tx, n)
-			for i := 0; i < n; i++ {
-				d.tx.Bufs[i] = d.tx.Bufs[i][:maxPacket]
-			}
+			d.tx.send(n)
 		}
 		if n < sys.MaxBatch {
 			if wait > 0 {
