@@ -39,6 +39,7 @@ say "building test binaries (-tags ibverbs)"
 export CGO_ENABLED=1
 ( cd "$ROOT"
   go test -c -tags ibverbs -o "$WORK/ibverbs.test" ./transport/ibverbs
+  go test -c -tags ibverbs -o "$WORK/roce.test" ./transport/roce
   if ! go build -tags ibverbs -o "$WORK/rdmakit" ./cmd/rdmakit 2> "$WORK/rdmakit-build.txt"; then
     echo "rdmakit did not build with -tags ibverbs:" >&2; cat "$WORK/rdmakit-build.txt" >&2
   fi )

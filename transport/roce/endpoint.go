@@ -100,6 +100,8 @@ type endpoint struct {
 	// wrap is the socket wrapper used by tests to lose, duplicate and
 	// reorder datagrams (nil: none).
 	wrap Filter
+	// testCE, when set, marks arriving datagrams CE as it says (tests).
+	testCE func() bool
 
 	// Progress goroutine only.
 	rx      sys.UDPBatch
@@ -120,8 +122,12 @@ type endpoint struct {
 // duplicated; a copy later: reordered). b is reused after it returns.
 type Filter func(b []byte, to netip.AddrPort, send func(b []byte, to netip.AddrPort))
 
-// testFilter, when set, is installed on endpoints as they are created.
-var testFilter Filter
+// testFilter and testMarkCE, when set, are installed on endpoints as
+// they are created.
+var (
+	testFilter Filter
+	testMarkCE func() bool
+)
 
 func acquire(bind netip.AddrPort, mtu verbs.MTU) (*endpoint, error) {
 	regMu.Lock()
@@ -187,7 +193,7 @@ func newEndpoint(bind netip.AddrPort, mtu verbs.MTU) (*endpoint, error) {
 		return nil, fmt.Errorf("roce: socket options: %w", err)
 	}
 	la := c.LocalAddr().(*net.UDPAddr).AddrPort()
-	ep := &endpoint{key: bind, conn: c, raw: raw, local: netip.AddrPortFrom(la.Addr().Unmap(), la.Port()), mtu: mtu, wrap: testFilter}
+	ep := &endpoint{key: bind, conn: c, raw: raw, local: netip.AddrPortFrom(la.Addr().Unmap(), la.Port()), mtu: mtu, wrap: testFilter, testCE: testMarkCE}
 	m := map[uint32]*qpDriver{}
 	ep.qps.Store(&m)
 	pool := make([]byte, sys.MaxBatch*maxPacket)
@@ -311,7 +317,8 @@ func (ep *endpoint) input(b []byte, from netip.AddrPort, tos uint8) {
 	if id != 0 {
 		ep.stats.rxIDRecovered.Add(1)
 	}
-	if tos&ecnMask == ecnCE {
+	ce := tos&ecnMask == ecnCE || (ep.testCE != nil && ep.testCE())
+	if ce {
 		ep.stats.rxCE.Add(1)
 	}
 	if !d.rxTouched {
@@ -323,7 +330,7 @@ func (ep *endpoint) input(b []byte, from netip.AddrPort, tos uint8) {
 		ep.stats.rxUnknownQP.Add(1)
 		return
 	}
-	d.input(p, tos&ecnMask == ecnCE)
+	d.input(p, ce)
 }
 
 // txBuf returns the next buffer of the response batch, flushing it first

@@ -79,6 +79,13 @@ func pair(t testing.TB, mrSize int, mtu verbs.MTU) (a, b *side) {
 	return a, b
 }
 
+func (s *side) post(wrs ...verbs.SendWR) {
+	s.t.Helper()
+	if err := s.qp.PostSend(wrs); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
 // wait returns n completions of cq, failing after timeout.
 func (s *side) wait(cq *verbs.CQ, n int, timeout time.Duration) []verbs.WorkCompletion {
 	s.t.Helper()
@@ -133,4 +140,9 @@ func sameBytes(t testing.TB, what string, got, want []byte) {
 		}
 		t.Fatalf("%s: differs from byte %d of %d", what, i, len(want))
 	}
+}
+
+// qpOf is the roce driver of a connected QP of ctx.
+func qpOf(ctx *verbs.Context, q *verbs.QP) *qpDriver {
+	return (*ctxOf(ctx).ep.qps.Load())[q.Num()]
 }

@@ -14,6 +14,7 @@ package roce
 import (
 	"encoding/binary"
 	"fmt"
+	"net"
 	"net/netip"
 	"sync"
 	"time"
@@ -75,6 +76,7 @@ type qpDriver struct {
 	stopped bool               // the QP let go of the requester
 	posted  uint64
 	timer   *time.Timer
+	pacer   *time.Timer // rate-limited sending resumes (armPacer)
 	timerAt time.Duration
 	armedAt time.Duration
 	epoch   time.Time
@@ -155,7 +157,10 @@ func (d *qpDriver) toRTR(attr *verbs.QPAttr) error {
 	var peer netip.AddrPort
 	var err error
 	qpn := attr.DestQPN
-	if len(attr.AH.Dest) > 0 {
+	if len(attr.AH.Dest) == 16 {
+		// A bare GID, as other transports take it.
+		peer, err = peerFromGID(net.IP(attr.AH.Dest))
+	} else if len(attr.AH.Dest) > 0 {
 		var n uint32
 		peer, n, err = decodeAddr(attr.AH.Dest)
 		if err == nil && n != qpn {
@@ -241,6 +246,9 @@ func (d *qpDriver) teardown() {
 func (d *qpDriver) stopLocked() {
 	d.stopped = true
 	d.timer.Stop()
+	if d.pacer != nil {
+		d.pacer.Stop()
+	}
 	d.armedAt, d.timerAt = 0, 0
 }
 

@@ -8,6 +8,7 @@ package roce
 
 import (
 	"net/netip"
+	"time"
 
 	"github.com/rdmakit/rdmakit/internal/keytab"
 	"github.com/rdmakit/rdmakit/internal/rc"
@@ -51,6 +52,9 @@ type rxState struct {
 
 	rd    [rdSlots]rdSlot
 	rdSeq uint64
+
+	cnpSent bool
+	lastCNP time.Duration
 }
 
 func (r *rxState) start(d *qpDriver, peer netip.AddrPort, peerQPN, mtu uint32, attr *verbs.QPAttr) {
@@ -83,7 +87,7 @@ func (d *qpDriver) input(p *header.Packet, ce bool) {
 		return
 	case isRequest(op):
 		if ce {
-			d.sendCNP()
+			d.sendCNP(d.now())
 		}
 		d.request(p)
 	default:
@@ -445,7 +449,3 @@ func nakSyndrome(p *rcproto.Packet) uint8 {
 	}
 	return header.SynNAK | header.NAKInvalidReq
 }
-
-// sendCNP answers a CE-marked request with a congestion notification
-// (no more than one per cnpInterval per QP).
-func (d *qpDriver) sendCNP() {}

@@ -96,6 +96,12 @@ if [[ -z ${CI_RUN:-} && -x ./rdmakit && -f "$HERE/perftest-interop.sh" ]]; then
   echo "# perftest-wire interop done at $(elapsed)"
 fi
 
+if [[ -z ${CI_RUN:-} && -f "$HERE/roce.sh" ]]; then
+  # shellcheck source=roce.sh
+  . "$HERE/roce.sh"
+  echo "# roce done at $(elapsed)"
+fi
+
 echo "# total $(elapsed)"
 echo "$PASS passed, $FAIL failed, $SKIP skipped"
 ((FAIL == 0))
