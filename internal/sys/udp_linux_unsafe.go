@@ -165,9 +165,14 @@ func SetUDPOptions(fd int, v6 bool, tos uint8, bufSize int) error {
 		return err
 	}
 	if bufSize > 0 {
-		// Best effort: the kernel caps these at net.core.[rw]mem_max.
-		set(unix.SOL_SOCKET, unix.SO_RCVBUF, bufSize)
-		set(unix.SOL_SOCKET, unix.SO_SNDBUF, bufSize)
+		// Best effort: the kernel caps these at net.core.[rw]mem_max
+		// unless the process may exceed them (CAP_NET_ADMIN).
+		if set(unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, bufSize) != nil {
+			set(unix.SOL_SOCKET, unix.SO_RCVBUF, bufSize)
+		}
+		if set(unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, bufSize) != nil {
+			set(unix.SOL_SOCKET, unix.SO_SNDBUF, bufSize)
+		}
 	}
 	return nil
 }
