@@ -33,7 +33,7 @@ for t in $(seq 1 "$TRIALS"); do
     R[$d/bw]+="$(run "$d" write_bw "$SIZE_BW") "
     R[$d/lat]+="$(run "$d" write_lat "$SIZE_LAT") "
   done
-  echo "trial $t: roce bw ${R[roce0/bw]##* } tcp bw ${R[tcp0/bw]##* }" >&2
+  echo "trial $t done" >&2
 done
 echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores"
 for k in bw lat; do

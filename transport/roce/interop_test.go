@@ -243,30 +243,41 @@ func TestInteropRXE(t *testing.T) {
 		}
 	}()
 	s.in, s.out = bufio.NewScanner(r), w
-	s.prepare()
 	var peer interInfo
 	s.recv(&peer)
 	s.send(interInfo{QPN: s.qp.Num(), PSN: s.psn, RKey: s.mr.RKey(), Addr: s.mr.Addr(), IP: cfg["peer"]})
 	connectTo(t, s.side, peer, mtuOf(t, cfg["mtu"]))
 	var msg string
 	s.recv(&msg) // the roce side is connected
-	// rxe requests, roce serves.
-	s.request(peer, "roce")
-	t.Log("rxe -> roce: Write, Write with immediate, Send with immediate, Read, compare-and-swap, fetch-and-add: ok")
-	s.send("served?")
-	s.recv(&msg)
-	if msg != "ok" {
-		t.Fatalf("roce side as responder: %s", msg)
+	rounds := roundsOf(cfg)
+	for round := 0; round < rounds; round++ {
+		s.prepare()
+		s.recv(&msg) // the roce side is prepared
+		// rxe requests, roce serves.
+		s.request(peer, "roce")
+		s.send("served?")
+		s.recv(&msg)
+		if msg != "ok" {
+			t.Fatalf("roce side as responder: %s", msg)
+		}
+		// roce requests, rxe serves.
+		s.send("request")
+		s.recv(&msg)
+		if msg != "ok" {
+			t.Fatalf("roce side as requester: %s", msg)
+		}
+		s.serve("roce")
 	}
-	// roce requests, rxe serves.
-	s.send("request")
-	s.recv(&msg)
-	if msg != "ok" {
-		t.Fatalf("roce side as requester: %s", msg)
-	}
-	s.serve("roce")
-	t.Log("roce -> rxe: Write, Write with immediate, Send with immediate, Read, compare-and-swap, fetch-and-add: ok")
+	t.Logf("%d rounds: rxe -> roce and roce -> rxe: Write, Write with immediate, Send with immediate, Read, compare-and-swap, fetch-and-add: ok", rounds)
 	s.send("bye")
+}
+
+// roundsOf is how many times the exchange runs (rounds=N, default 1).
+func roundsOf(cfg map[string]string) int {
+	if n, err := strconv.Atoi(cfg["rounds"]); err == nil && n > 0 {
+		return n
+	}
+	return 1
 }
 
 // TestInteropRoCE is the roce side, run by TestInteropRXE in the other
@@ -285,19 +296,22 @@ func TestInteropRoCE(t *testing.T) {
 	out := os.Stdout
 	os.Stdout = os.Stderr // test output must not mix with the protocol
 	s := &interSide{side: newSide(t, ctx, interMR), role: "roce", in: bufio.NewScanner(os.Stdin), out: out}
-	s.prepare()
 	s.send(interInfo{QPN: s.qp.Num(), PSN: s.psn, RKey: s.mr.RKey(), Addr: s.mr.Addr(), IP: cfg["ip"]})
 	var peer interInfo
 	s.recv(&peer)
 	connectTo(t, s.side, peer, mtuOf(t, cfg["mtu"]))
 	s.send("connected")
 	var msg string
-	s.recv(&msg)
-	s.serve("rxe")
-	s.send("ok")
-	s.recv(&msg)
-	s.request(peer, "rxe")
-	s.send("ok")
+	for round := 0; round < roundsOf(cfg); round++ {
+		s.prepare()
+		s.send("prepared")
+		s.recv(&msg)
+		s.serve("rxe")
+		s.send("ok")
+		s.recv(&msg)
+		s.request(peer, "rxe")
+		s.send("ok")
+	}
 	s.recv(&msg)
 	st, _ := Stats(ctx)
 	fmt.Fprintf(os.Stderr, "roce side counters: %+v\n", st)

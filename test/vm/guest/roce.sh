@@ -8,7 +8,13 @@
 #     (roce.test -test.run TestInteropRXE)
 #   - the packets of that exchange, captured on rvroot, decode as RoCEv2
 #     in tshark, and their ICRCs check (roce.test TestPcapICRC)
-#   - rdmakit perf on roce0 against ib_write_bw on rxe_v, both roles
+#   - the same exchange, 8 rounds, with netem losing 5%, duplicating 2%
+#     and reordering 2% of the datagrams on both veth ends
+#   - side by side, write_bw 64 KiB: rdmakit perf roce0 <-> roce0 across
+#     the veth, and ib_write_bw on rxe_v (both ends on rxe)
+# (rdmakit perf --perftest-wire against ib_write_bw is not run: the
+# perftest exchange in internal/perftest takes the GID from ibverbs QP
+# addresses only.)
 #
 # Sourced by ci-guest.sh (uses result() and LOG); run on its own
 # (test/vm/run.sh -w DIR -- bash DIR/roce.sh, with roce.test and rdmakit
@@ -70,6 +76,54 @@ else
     fi
   else
     result skip "roce capture decodes" "no tcpdump"
+  fi
+fi
+ro_interop() {  # label rounds
+  RDMAKIT_ROCE_INTEROP="rxe=$RO_RXE ns=$RO_NS iface=rvns ip=$RO_IP peer=$RO_RXE_IP mtu=4096 rounds=$2" \
+    timeout 300 ./roce.test -test.run '^TestInteropRXE$' -test.v -test.timeout 290s > "$LOG/roce-interop-$1.txt" 2>&1
+}
+if [[ -x ./roce.test && -e /sys/class/infiniband/$RO_RXE ]]; then
+  if modprobe sch_netem 2> /dev/null &&
+     tc qdisc add dev rvroot root netem loss 5% duplicate 2% reorder 2% delay 1ms 2> "$LOG/roce-netem.txt" &&
+     ip netns exec $RO_NS tc qdisc add dev rvns root netem loss 5% duplicate 2% reorder 2% delay 1ms 2>> "$LOG/roce-netem.txt"; then
+    ro_interop netem 8; rc=$?
+    f=$LOG/roce-interop-netem.txt
+    if [[ $rc == 0 ]] && grep -q -- '--- PASS: TestInteropRXE' "$f"; then
+      result ok "roce interop with rxe, netem loss 5% dup 2% reorder 2%" "8 rounds both ways, data verified; $(grep -o 'Retransmits:[0-9]*' "$f" | head -1) $(grep -o 'RxPackets:[0-9]*' "$f" | head -1)"
+    else
+      result FAIL "roce interop with rxe, netem loss 5% dup 2% reorder 2%" "rc=$rc $(grep -E -- '--- FAIL|\.go:[0-9]+:' "$f" | head -3 | tr '\n' ' ')"
+      tail -20 "$f"
+    fi
+    tc qdisc del dev rvroot root 2> /dev/null; ip netns exec $RO_NS tc qdisc del dev rvns root 2> /dev/null
+  else
+    result skip "roce interop with rxe, netem" "no netem in this guest: $(tr '\n' ' ' < "$LOG/roce-netem.txt")"
+  fi
+fi
+if [[ -x ./rdmakit && -e /sys/class/infiniband/$RO_RXE ]]; then
+  p=18790
+  ip netns exec $RO_NS env RDMAKIT_ROCE_IFACES=rvns RDMAKIT_ROCE_ADDR=$RO_IP \
+    timeout 120 ./rdmakit perf write_bw -d roce0 -s 65536 -n 1000 -p $p > "$LOG/roce-perf.server" 2>&1 & sp=$!
+  sleep 1
+  RDMAKIT_ROCE_IFACES=rvroot RDMAKIT_ROCE_ADDR=$RO_RXE_IP:4792 \
+    timeout 120 ./rdmakit perf write_bw -d roce0 -s 65536 -n 1000 -p $p $RO_IP > "$LOG/roce-perf.client" 2>&1; rc=$?
+  wait $sp; src=$?
+  rk=$(awk '/#bytes/{getline; print $4; exit}' "$LOG/roce-perf.client")
+  if [[ $rc == 0 && $src == 0 && -n $rk ]]; then result ok "rdmakit perf write_bw 64K roce0<->roce0 over veth" "$rk MiB/s"
+  else result FAIL "rdmakit perf write_bw 64K roce0<->roce0 over veth" "rc=$rc/$src $(tail -q -n 2 "$LOG/roce-perf.client" "$LOG/roce-perf.server" | tr '\n' ' ')"; fi
+  gidx=$(grep -l "ffff:0a62:0001" /sys/class/infiniband/$RO_RXE/ports/1/gids/* 2> /dev/null | head -1 | xargs -r basename)
+  if command -v ib_write_bw > /dev/null && [[ -n $gidx ]]; then
+    taskset -c 0 timeout 120 ib_write_bw -d $RO_RXE -x "$gidx" -F -s 65536 -n 1000 -p 18791 > "$LOG/roce-rxe-perf.server" 2>&1 & sp=$!
+    sleep 1
+    taskset -c 1 timeout 120 ib_write_bw -d $RO_RXE -x "$gidx" -F -s 65536 -n 1000 -p 18791 127.0.0.1 > "$LOG/roce-rxe-perf.client" 2>&1; rc=$?
+    wait $sp
+    px=$(awk '/#bytes/{getline; print $4; exit}' "$LOG/roce-rxe-perf.client")
+    if [[ $rc == 0 && -n $px ]]; then
+      result ok "ib_write_bw 64K on rxe_v (both ends)" "$px MiB/s; rdmakit roce / rxe = $(awk -v a="${rk:-0}" -v b="$px" 'BEGIN{printf "%.2f", a/b}')"
+    else
+      result FAIL "ib_write_bw 64K on rxe_v (both ends)" "rc=$rc $(tail -n 2 "$LOG/roce-rxe-perf.client" | tr '\n' ' ')"
+    fi
+  else
+    result skip "ib_write_bw 64K on rxe_v" "no ib_write_bw or no GID"
   fi
 fi
 if ((RO_STANDALONE)); then
