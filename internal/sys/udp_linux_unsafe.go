@@ -66,6 +66,16 @@ func (b *UDPBatch) SendBatch(fd, from, n int) (int, error) {
 		h.Iovlen = 1
 		h.Name = (*byte)(unsafe.Pointer(&b.names[i]))
 		h.Namelen = b.setName(i, b.Addrs[i])
+		if b.Seg[i] != 0 {
+			c := b.ctl[i][:unix.CmsgSpace(2)]
+			clear(c)
+			m := (*unix.Cmsghdr)(unsafe.Pointer(&c[0]))
+			m.Level, m.Type = unix.SOL_UDP, unix.UDP_SEGMENT
+			m.SetLen(unix.CmsgLen(2))
+			*(*uint16)(unsafe.Pointer(&c[unix.CmsgLen(0)])) = b.Seg[i]
+			h.Control = &c[0]
+			h.SetControllen(len(c))
+		}
 	}
 	for {
 		r, _, e := unix.Syscall6(unix.SYS_SENDMMSG, uintptr(fd), uintptr(unsafe.Pointer(&b.hdrs[from])), uintptr(n-from), 0, 0, 0)
@@ -76,6 +86,10 @@ func (b *UDPBatch) SendBatch(fd, from, n int) (int, error) {
 			continue
 		case unix.EAGAIN:
 			return 0, ErrAgain
+		case unix.EIO, unix.EINVAL:
+			if b.Seg[from] != 0 {
+				return 0, ErrGSO
+			}
 		}
 		return 0, e
 	}

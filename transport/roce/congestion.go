@@ -120,8 +120,6 @@ func (d *qpDriver) sendCNP(now time.Duration) {
 	h := &r.hdr
 	total := header.Build(h, buf, header.CNP, 0)
 	h.BTH.Encode(&header.BTHFields{Opcode: header.CNP, PKey: header.DefaultPKey, BECN: true, DestQP: r.peerQPN})
-	a := header.Addrs{Src: ep.local.Addr(), Dst: r.peer.Addr(), SrcPort: ep.local.Port(), DstPort: r.peer.Port()}
-	ep.hasher.PutICRC(&a, buf[:total])
-	ep.txAdd(total, r.peer)
+	ep.txAdd(total, r.peer, false)
 	ep.stats.txCNP.Add(1)
 }

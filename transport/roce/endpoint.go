@@ -48,7 +48,7 @@ type Counters struct {
 	RxBadICRC            uint64 // dropped: ICRC mismatch
 	RxMalformed          uint64 // dropped: header parse error
 	RxUnknownQP          uint64 // dropped: no such QP, or not from its peer
-	RxIDRecovered        uint64 // IPv4 ICRC matched with a non-zero identification
+	RxIDRecovered        uint64 // IPv4 ICRC matched with a non-zero identification (solved for; GSO runs, rxe)
 	RxCE                 uint64 // arrived with ECN CE marked
 	TxCNP, RxCNP         uint64 // congestion notifications sent and received
 	Retransmits          uint64 // request packets sent again
@@ -102,11 +102,12 @@ type endpoint struct {
 	wrap Filter
 	// testCE, when set, marks arriving datagrams CE as it says (tests).
 	testCE func() bool
+	// noGSO: the kernel refused segmentation offload once.
+	noGSO atomic.Bool
 
 	// Progress goroutine only.
 	rx      sys.UDPBatch
 	tx      *txBatch
-	txN     int
 	hasher  header.Hasher
 	pkt     header.Packet
 	touched []*qpDriver
@@ -308,9 +309,20 @@ func (ep *endpoint) input(b []byte, from netip.AddrPort, tos uint8) {
 		ep.stats.rxUnknownQP.Add(1)
 		return
 	}
+	if !d.rxTouched {
+		d.rxTouched = true
+		d.rxMu.Lock()
+		ep.touched = append(ep.touched, d)
+	}
+	if from.Addr() != d.rx.peerIP {
+		ep.stats.rxUnknownQP.Add(1)
+		return
+	}
 	a := header.Addrs{Src: from.Addr(), Dst: ep.local.Addr(), SrcPort: from.Port(), DstPort: ep.local.Port()}
 	id, ok := ep.hasher.CheckICRC(&a, b)
-	if !ok {
+	if !ok || (d.rx.gso && id >= sys.MaxGSOSegments) {
+		// An rdmakit peer's datagrams carry identification 0, or their
+		// place in a GSO run: anything else is corruption.
 		ep.stats.rxBadICRC.Add(1)
 		return
 	}
@@ -321,79 +333,140 @@ func (ep *endpoint) input(b []byte, from netip.AddrPort, tos uint8) {
 	if ce {
 		ep.stats.rxCE.Add(1)
 	}
-	if !d.rxTouched {
-		d.rxTouched = true
-		d.rxMu.Lock()
-		ep.touched = append(ep.touched, d)
-	}
-	if from.Addr() != d.rx.peerIP {
-		ep.stats.rxUnknownQP.Add(1)
-		return
-	}
 	d.input(p, ce)
 }
 
-// txBuf returns the next buffer of the response batch, flushing it first
-// if it is full.
+// txBuf returns room for the next response datagram, flushing the
+// batch first if it is full.
 func (ep *endpoint) txBuf() []byte {
-	if ep.txN == sys.MaxBatch {
-		ep.flushTx()
+	if b := ep.tx.buf(); b != nil {
+		return b
 	}
-	return ep.tx.Bufs[ep.txN][:maxPacket]
+	ep.flushTx()
+	return ep.tx.buf()
 }
 
-// txAdd queues the first n bytes of the buffer txBuf returned, to to.
-func (ep *endpoint) txAdd(n int, to netip.AddrPort) {
-	ep.tx.Bufs[ep.txN] = ep.tx.Bufs[ep.txN][:n]
-	ep.tx.Addrs[ep.txN] = to
-	ep.txN++
-}
+// txAdd queues the first n bytes of the room txBuf returned, to to.
+func (ep *endpoint) txAdd(n int, to netip.AddrPort, gso bool) { ep.tx.add(n, to, gso) }
 
 // flushTx sends the response batch.
-func (ep *endpoint) flushTx() {
-	if ep.txN == 0 {
-		return
-	}
-	ep.tx.send(ep.txN)
-	ep.txN = 0
-}
+func (ep *endpoint) flushTx() { ep.tx.send() }
 
-// txBatch is a batch of datagrams to send and the state of sending it,
-// so that the socket callback is made once (no allocation per send).
+// txBatch gathers datagrams to send, built back to back in one arena,
+// and sends them: runs of equal-sized datagrams to one rdmakit peer go
+// as one UDP segmentation offload (GSO) message each where the kernel
+// takes it, the rest one by one, all with one sendmmsg(2). The ICRCs are
+// computed here, when it is known which datagram goes where in a run:
+// the kernel numbers the IPv4 identifications of a run's datagrams 0, 1,
+// 2, ... (unconnected socket, DF set). The socket callback is made once
+// (no allocation per send). One goroutine at a time (the owner's lock).
 type txBatch struct {
-	sys.UDPBatch
-	ep      *endpoint
-	n, from int
-	fn      func(fd uintptr) bool
+	sys.UDPBatch // the messages
+	ep           *endpoint
+	arena        []byte
+	pos          int
+	np           int
+	off          [sys.MaxBatch]int
+	size         [sys.MaxBatch]int
+	to           [sys.MaxBatch]netip.AddrPort
+	gso          [sys.MaxBatch]bool // may be in a GSO run (an rdmakit peer)
+	first        [sys.MaxBatch]int  // message -> its first datagram
+	hasher       header.Hasher
+	n, from      int
+	gsoFailed    bool
+	fn           func(fd uintptr) bool
 }
 
 func newTxBatch(ep *endpoint) *txBatch {
-	b := &txBatch{ep: ep}
+	b := &txBatch{ep: ep, arena: make([]byte, sys.MaxBatch*maxPacket)}
 	b.fn = b.write
-	pool := make([]byte, sys.MaxBatch*maxPacket)
-	for i := range b.Bufs {
-		b.Bufs[i] = pool[i*maxPacket : (i+1)*maxPacket : (i+1)*maxPacket]
-	}
 	return b
 }
 
-// send sends Bufs[:n], waiting for the socket when it is full; a
-// datagram the socket refuses is dropped (the protocol retransmits).
-// The buffers are ready for reuse when it returns.
-func (b *txBatch) send(n int) {
+// buf returns room for the next datagram (maxPacket bytes), or nil when
+// the batch is full.
+func (b *txBatch) buf() []byte {
+	if b.np == sys.MaxBatch || b.pos+maxPacket > len(b.arena) {
+		return nil
+	}
+	return b.arena[b.pos : b.pos+maxPacket : b.pos+maxPacket]
+}
+
+// add queues the first k bytes of the room buf returned, for to; gso
+// says the receiver is rdmakit (which checks ICRCs whatever identification
+// the kernel gives a datagram).
+func (b *txBatch) add(k int, to netip.AddrPort, gso bool) {
+	b.off[b.np], b.size[b.np], b.to[b.np], b.gso[b.np] = b.pos, k, to, gso
+	b.np++
+	b.pos += k
+}
+
+// compose fills the messages from datagram p on; it returns how many.
+func (b *txBatch) compose(p int, useGSO bool) int {
+	m := 0
+	for p < b.np {
+		q := p + 1
+		l := b.size[p]
+		total := l
+		if useGSO && b.gso[p] {
+			for q < b.np && b.gso[q] && b.to[q] == b.to[p] && q-p < sys.MaxGSOSegments &&
+				b.size[q] <= l && total+b.size[q] <= sys.MaxGSOBytes && b.off[q] == b.off[q-1]+b.size[q-1] {
+				total += b.size[q]
+				q++
+				if b.size[q-1] < l {
+					break // a shorter datagram ends a run
+				}
+			}
+		}
+		b.Bufs[m] = b.arena[b.off[p] : b.off[p]+total]
+		b.Addrs[m] = b.to[p]
+		b.Seg[m] = 0
+		if q-p > 1 {
+			b.Seg[m] = uint16(l)
+		}
+		b.first[m] = p
+		local := b.ep.local
+		for i := p; i < q; i++ {
+			a := header.Addrs{Src: local.Addr(), Dst: b.to[i].Addr(), SrcPort: local.Port(), DstPort: b.to[i].Port(), ID: uint16(i - p)}
+			b.hasher.PutICRC(&a, b.arena[b.off[i]:b.off[i]+b.size[i]])
+		}
+		m++
+		p = q
+	}
+	return m
+}
+
+// send sends the queued datagrams, waiting for the socket when it is
+// full; a datagram the socket refuses is dropped (the protocol
+// retransmits). The batch is empty when it returns.
+func (b *txBatch) send() {
 	ep := b.ep
-	ep.stats.txPackets.Add(uint64(n))
+	if b.np == 0 {
+		return
+	}
+	ep.stats.txPackets.Add(uint64(b.np))
 	if ep.wrap != nil {
-		for i := 0; i < n; i++ {
-			ep.wrap(b.Bufs[i], b.Addrs[i], ep.sendOne)
+		for i := 0; i < b.np; i++ {
+			a := header.Addrs{Src: ep.local.Addr(), Dst: b.to[i].Addr(), SrcPort: ep.local.Port(), DstPort: b.to[i].Port()}
+			pk := b.arena[b.off[i] : b.off[i]+b.size[i]]
+			b.hasher.PutICRC(&a, pk)
+			ep.wrap(pk, b.to[i], ep.sendOne)
 		}
 	} else {
-		b.n, b.from = n, 0
-		ep.raw.Write(b.fn)
+		p := 0
+		for {
+			b.n, b.from, b.gsoFailed = b.compose(p, !ep.noGSO.Load()), 0, false
+			ep.raw.Write(b.fn)
+			if !b.gsoFailed {
+				break
+			}
+			// The kernel refused segmentation offload: send the rest
+			// one by one from now on.
+			ep.noGSO.Store(true)
+			p = b.first[b.from]
+		}
 	}
-	for i := 0; i < n; i++ {
-		b.Bufs[i] = b.Bufs[i][:maxPacket]
-	}
+	b.np, b.pos = 0, 0
 }
 
 func (b *txBatch) write(fd uintptr) bool {
@@ -402,8 +475,12 @@ func (b *txBatch) write(fd uintptr) bool {
 		if err == sys.ErrAgain {
 			return false
 		}
+		if err == sys.ErrGSO {
+			b.gsoFailed = true
+			return true
+		}
 		if err != nil {
-			// One datagram refused (e.g. an ICMP error reported): skip it.
+			// One message refused (e.g. an ICMP error reported): skip it.
 			b.ep.stats.sendErrors.Add(1)
 			b.from++
 			continue

@@ -23,7 +23,6 @@ import (
 	"github.com/rdmakit/rdmakit/internal/rc"
 	"github.com/rdmakit/rdmakit/internal/rcproto"
 	"github.com/rdmakit/rdmakit/internal/soft"
-	"github.com/rdmakit/rdmakit/internal/sys"
 	"github.com/rdmakit/rdmakit/transport/roce/header"
 	"github.com/rdmakit/rdmakit/verbs"
 )
@@ -72,6 +71,7 @@ type qpDriver struct {
 	peer    netip.AddrPort
 	peerQPN uint32
 	mtu     uint32
+	gso     bool               // the peer is rdmakit: GSO runs are fine
 	req     *rcproto.Requester // from RTS until ERROR/RESET
 	stopped bool               // the QP let go of the requester
 	posted  uint64
@@ -88,11 +88,10 @@ type qpDriver struct {
 	cc      dcqcn
 
 	// txMu serialises transmitting requests: the batch below.
-	txMu     sync.Mutex
-	tx       *txBatch
-	txHasher header.Hasher
-	txPkt    header.Packet
-	next     rcproto.Packet
+	txMu  sync.Mutex
+	tx    *txBatch
+	txPkt header.Packet
+	next  rcproto.Packet
 
 	// rxMu: the responder side, held by the progress goroutine while it
 	// handles this QP's packets (see responder.go).
@@ -157,6 +156,7 @@ func (d *qpDriver) toRTR(attr *verbs.QPAttr) error {
 	var peer netip.AddrPort
 	var err error
 	qpn := attr.DestQPN
+	rdmakitPeer := len(attr.AH.Dest) == addrLen
 	if len(attr.AH.Dest) == 16 {
 		// A bare GID, as other transports take it.
 		peer, err = peerFromGID(net.IP(attr.AH.Dest))
@@ -184,9 +184,10 @@ func (d *qpDriver) toRTR(attr *verbs.QPAttr) error {
 	}
 	d.rxMu.Lock()
 	d.rx.start(d, peer, qpn, mtu, attr)
+	d.rx.gso = rdmakitPeer
 	d.rxMu.Unlock()
 	d.mu.Lock()
-	d.peer, d.peerQPN, d.mtu = peer, qpn, mtu
+	d.peer, d.peerQPN, d.mtu, d.gso = peer, qpn, mtu, rdmakitPeer
 	d.state = verbs.QPRTR
 	d.stopped = false
 	d.mu.Unlock()
@@ -383,15 +384,14 @@ func (d *qpDriver) flush() {
 		}
 		n := 0
 		now := d.now()
-		for n < sys.MaxBatch && d.cc.allow(now) && d.req.Next(&d.next) {
-			k := d.buildLocked(d.tx.Bufs[n][:maxPacket], &d.next)
+		for buf := d.tx.buf(); buf != nil && d.cc.allow(now) && d.req.Next(&d.next); buf = d.tx.buf() {
+			k := d.buildLocked(buf, &d.next)
 			if k < 0 {
 				d.mu.Unlock()
 				return
 			}
 			d.cc.sent(k, now)
-			d.tx.Bufs[n] = d.tx.Bufs[n][:k]
-			d.tx.Addrs[n] = d.peer
+			d.tx.add(k, d.peer, d.gso)
 			n++
 		}
 		if n > 0 {
@@ -399,10 +399,11 @@ func (d *qpDriver) flush() {
 		}
 		wait := d.cc.wait(now)
 		d.mu.Unlock()
+		full := d.tx.buf() == nil
 		if n > 0 {
-			d.tx.send(n)
+			d.tx.send()
 		}
-		if n < sys.MaxBatch {
+		if !full {
 			if wait > 0 {
 				d.armPacer(wait)
 			}
@@ -488,9 +489,7 @@ func (d *qpDriver) buildLocked(buf []byte, p *rcproto.Packet) int {
 	if !d.anySent || p.PSN.Add(1).After(d.maxSent) {
 		d.maxSent, d.anySent = p.PSN.Add(1), true
 	}
-	a := header.Addrs{Src: d.ep.local.Addr(), Dst: d.peer.Addr(), SrcPort: d.ep.local.Port(), DstPort: d.peer.Port()}
-	d.txHasher.PutICRC(&a, buf[:total])
-	return total
+	return total // the ICRC is txBatch's
 }
 
 // gather copies len(dst) bytes of e's local gather list from offset off,

@@ -55,6 +55,7 @@ type rxState struct {
 
 	cnpSent bool
 	lastCNP time.Duration
+	gso     bool // the peer is rdmakit
 }
 
 func (r *rxState) start(d *qpDriver, peer netip.AddrPort, peerQPN, mtu uint32, attr *verbs.QPAttr) {
@@ -431,9 +432,7 @@ func (d *qpDriver) emit(p *rcproto.Packet) {
 			d.t.Leave(slot.pin)
 		}
 	}
-	a := header.Addrs{Src: ep.local.Addr(), Dst: r.peer.Addr(), SrcPort: ep.local.Port(), DstPort: r.peer.Port()}
-	ep.hasher.PutICRC(&a, buf[:total])
-	ep.txAdd(total, r.peer)
+	ep.txAdd(total, r.peer, r.gso)
 }
 
 func nakSyndrome(p *rcproto.Packet) uint8 {
