@@ -33,7 +33,9 @@ type UDPBatch struct {
 	TOS [MaxBatch]uint8
 	// Seg, when non-zero, makes SendBatch send Bufs[i] as datagrams of
 	// Seg[i] bytes each (the last may be shorter) with one UDP
-	// segmentation offload (GSO) message; see MaxGSOSegments.
+	// segmentation offload (GSO) message (see MaxGSOSegments); from
+	// RecvBatch it says Bufs[i] holds datagrams of Seg[i] bytes the
+	// kernel coalesced (UDP_GRO), the last possibly shorter.
 	Seg [MaxBatch]uint16
 
 	batchOS

@@ -126,44 +126,53 @@ func (b *UDPBatch) RecvBatch(fd, n int) (int, error) {
 		for i := 0; i < got; i++ {
 			b.Lens[i] = int(b.hdrs[i].Len)
 			b.Addrs[i] = b.name(i)
-			b.TOS[i] = b.tos(i)
+			b.TOS[i], b.Seg[i] = b.cmsgs(i)
 		}
 		return got, nil
 	}
 }
 
-// tos finds the IP_TOS / IPV6_TCLASS control message of datagram i.
-func (b *UDPBatch) tos(i int) uint8 {
+// cmsgs reads the control messages of datagram i: its traffic class
+// (IP_TOS / IPV6_TCLASS) and, for datagrams the kernel coalesced
+// (UDP_GRO), their segment size.
+func (b *UDPBatch) cmsgs(i int) (tos uint8, seg uint16) {
 	h := &b.hdrs[i].Hdr
 	c := b.ctl[i][:min(int(h.Controllen), ctlLen)]
 	for len(c) >= unix.SizeofCmsghdr {
 		m := (*unix.Cmsghdr)(unsafe.Pointer(&c[0]))
 		l := int(m.Len)
 		if l < unix.SizeofCmsghdr || l > len(c) {
-			return 0
+			return
 		}
 		data := c[unix.SizeofCmsghdr:l]
 		switch {
 		case m.Level == unix.IPPROTO_IP && m.Type == unix.IP_TOS && len(data) >= 1:
-			return data[0]
+			tos = data[0]
 		case m.Level == unix.IPPROTO_IPV6 && m.Type == unix.IPV6_TCLASS && len(data) >= 4:
-			return uint8(*(*int32)(unsafe.Pointer(&data[0])))
+			tos = uint8(*(*int32)(unsafe.Pointer(&data[0])))
+		case m.Level == unix.SOL_UDP && m.Type == unix.UDP_GRO && len(data) >= 2:
+			if len(data) >= 4 {
+				seg = uint16(*(*int32)(unsafe.Pointer(&data[0])))
+			} else {
+				seg = *(*uint16)(unsafe.Pointer(&data[0]))
+			}
 		}
 		adv := (l + unix.SizeofPtr - 1) &^ (unix.SizeofPtr - 1)
 		if adv > len(c) {
-			return 0
+			return
 		}
 		c = c[adv:]
 	}
-	return 0
+	return
 }
 
 // SetUDPOptions prepares a UDP socket for RoCEv2: DF set on every
 // datagram (so the IPv4 identification is 0 and datagrams never
 // fragment), the traffic class tos on every datagram (ECN bits included),
-// the traffic class of arriving datagrams reported (RecvBatch's TOS), and
-// buffers of bufSize bytes each way (as far as the system allows).
-func SetUDPOptions(fd int, v6 bool, tos uint8, bufSize int) error {
+// the traffic class of arriving datagrams reported (RecvBatch's TOS),
+// with gro the kernel's receive coalescing, and buffers of bufSize bytes
+// each way (as far as the system allows).
+func SetUDPOptions(fd int, v6 bool, tos uint8, bufSize int, gro bool) error {
 	set := func(level, opt, v int) error { return unix.SetsockoptInt(fd, level, opt, v) }
 	var err error
 	if v6 {
@@ -177,6 +186,12 @@ func SetUDPOptions(fd int, v6 bool, tos uint8, bufSize int) error {
 	}
 	if err != nil {
 		return err
+	}
+	if gro {
+		// Best effort (Linux 5.0+): the kernel hands over runs of
+		// datagrams as one buffer with their segment size (RecvBatch's
+		// Seg); buffers must then hold MaxGSOBytes.
+		set(unix.SOL_UDP, unix.UDP_GRO, 1)
 	}
 	if bufSize > 0 {
 		// Best effort: the kernel caps these at net.core.[rw]mem_max

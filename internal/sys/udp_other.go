@@ -14,6 +14,6 @@ func (b *UDPBatch) SendBatch(fd, from, n int) (int, error) { return 0, notSuppor
 func (b *UDPBatch) RecvBatch(fd, n int) (int, error) { return 0, notSupported("recvmmsg") }
 
 // SetUDPOptions is not supported on this system.
-func SetUDPOptions(fd int, v6 bool, tos uint8, bufSize int) error {
+func SetUDPOptions(fd int, v6 bool, tos uint8, bufSize int, gro bool) error {
 	return notSupported("RoCEv2 socket options")
 }

@@ -185,7 +185,7 @@ func newEndpoint(bind netip.AddrPort, mtu verbs.MTU) (*endpoint, error) {
 	}
 	var serr error
 	if err := raw.Control(func(fd uintptr) {
-		serr = sys.SetUDPOptions(int(fd), bind.Addr().Is6(), tosECT, sockBuf)
+		serr = sys.SetUDPOptions(int(fd), bind.Addr().Is6(), tosECT, sockBuf, true)
 	}); err == nil && serr != nil {
 		err = serr
 	}
@@ -197,9 +197,11 @@ func newEndpoint(bind netip.AddrPort, mtu verbs.MTU) (*endpoint, error) {
 	ep := &endpoint{key: bind, conn: c, raw: raw, local: netip.AddrPortFrom(la.Addr().Unmap(), la.Port()), mtu: mtu, wrap: testFilter, testCE: testMarkCE}
 	m := map[uint32]*qpDriver{}
 	ep.qps.Store(&m)
-	pool := make([]byte, sys.MaxBatch*maxPacket)
+	// Receive buffers hold a coalesced run (UDP_GRO) each.
+	const rxBuf = 64 << 10
+	pool := make([]byte, sys.MaxBatch*rxBuf)
 	for i := 0; i < sys.MaxBatch; i++ {
-		ep.rx.Bufs[i] = pool[i*maxPacket : (i+1)*maxPacket : (i+1)*maxPacket]
+		ep.rx.Bufs[i] = pool[i*rxBuf : (i+1)*rxBuf : (i+1)*rxBuf]
 	}
 	ep.tx = newTxBatch(ep)
 	ep.recvFn = ep.rawRecv
@@ -284,9 +286,18 @@ func (ep *endpoint) run() {
 			continue // e.g. ECONNREFUSED from an ICMP error: nothing to do
 		}
 		for i := 0; i < ep.recvN; i++ {
-			ep.input(ep.rx.Bufs[i][:ep.rx.Lens[i]], ep.rx.Addrs[i], ep.rx.TOS[i])
+			b := ep.rx.Bufs[i][:ep.rx.Lens[i]]
+			seg := int(ep.rx.Seg[i])
+			if seg == 0 {
+				seg = len(b)
+			}
+			for len(b) > 0 {
+				k := min(seg, len(b))
+				ep.input(b[:k], ep.rx.Addrs[i], ep.rx.TOS[i])
+				ep.stats.rxPackets.Add(1)
+				b = b[k:]
+			}
 		}
-		ep.stats.rxPackets.Add(uint64(ep.recvN))
 		for _, d := range ep.touched {
 			d.rxDone()
 		}
