@@ -128,6 +128,8 @@ type Filter func(b []byte, to netip.AddrPort, send func(b []byte, to netip.AddrP
 var (
 	testFilter Filter
 	testMarkCE func() bool
+	// testRx sees every parsed datagram (progress goroutines).
+	testRx func(from netip.AddrPort, p *header.Packet)
 )
 
 func acquire(bind netip.AddrPort, mtu verbs.MTU) (*endpoint, error) {
@@ -169,29 +171,38 @@ func (ep *endpoint) release() error {
 	return nil
 }
 
-func newEndpoint(bind netip.AddrPort, mtu verbs.MTU) (*endpoint, error) {
+// listenUDP opens a UDP socket on bind with RoCEv2's options.
+func listenUDP(bind netip.AddrPort, gro bool) (*net.UDPConn, syscall.RawConn, error) {
 	network := "udp4"
 	if bind.Addr().Is6() {
 		network = "udp6"
 	}
 	c, err := net.ListenUDP(network, net.UDPAddrFromAddrPort(bind))
 	if err != nil {
-		return nil, fmt.Errorf("roce: binding %s (%s; another RoCE endpoint on this address, e.g. the kernel's rxe, holds the port): %w", bind, EnvAddr, err)
+		return nil, nil, fmt.Errorf("roce: binding %s (%s; another RoCE endpoint on this address, e.g. the kernel's rxe, holds the port): %w", bind, EnvAddr, err)
 	}
 	raw, err := c.SyscallConn()
 	if err != nil {
 		c.Close()
-		return nil, err
+		return nil, nil, err
 	}
 	var serr error
 	if err := raw.Control(func(fd uintptr) {
-		serr = sys.SetUDPOptions(int(fd), bind.Addr().Is6(), tosECT, sockBuf, true)
+		serr = sys.SetUDPOptions(int(fd), bind.Addr().Is6(), tosECT, sockBuf, gro)
 	}); err == nil && serr != nil {
 		err = serr
 	}
 	if err != nil {
 		c.Close()
-		return nil, fmt.Errorf("roce: socket options: %w", err)
+		return nil, nil, fmt.Errorf("roce: socket options: %w", err)
+	}
+	return c, raw, nil
+}
+
+func newEndpoint(bind netip.AddrPort, mtu verbs.MTU) (*endpoint, error) {
+	c, raw, err := listenUDP(bind, true)
+	if err != nil {
+		return nil, err
 	}
 	la := c.LocalAddr().(*net.UDPAddr).AddrPort()
 	ep := &endpoint{key: bind, conn: c, raw: raw, local: netip.AddrPortFrom(la.Addr().Unmap(), la.Port()), mtu: mtu, wrap: testFilter, testCE: testMarkCE}
@@ -315,6 +326,9 @@ func (ep *endpoint) input(b []byte, from netip.AddrPort, tos uint8) {
 		ep.stats.rxMalformed.Add(1)
 		return
 	}
+	if testRx != nil {
+		testRx(from, p)
+	}
 	d := (*ep.qps.Load())[p.BTH.DestQP()]
 	if d == nil {
 		ep.stats.rxUnknownQP.Add(1)
@@ -374,6 +388,8 @@ func (ep *endpoint) flushTx() { ep.tx.send() }
 type txBatch struct {
 	sys.UDPBatch // the messages
 	ep           *endpoint
+	raw          syscall.RawConn // the socket it sends on (a QP's own, or the endpoint's)
+	local        netip.AddrPort  // and its address
 	arena        []byte
 	pos          int
 	np           int
@@ -389,7 +405,7 @@ type txBatch struct {
 }
 
 func newTxBatch(ep *endpoint) *txBatch {
-	b := &txBatch{ep: ep, arena: make([]byte, sys.MaxBatch*maxPacket)}
+	b := &txBatch{ep: ep, raw: ep.raw, local: ep.local, arena: make([]byte, sys.MaxBatch*maxPacket)}
 	b.fn = b.write
 	return b
 }
@@ -436,7 +452,7 @@ func (b *txBatch) compose(p int, useGSO bool) int {
 			b.Seg[m] = uint16(l)
 		}
 		b.first[m] = p
-		local := b.ep.local
+		local := b.local
 		for i := p; i < q; i++ {
 			a := header.Addrs{Src: local.Addr(), Dst: b.to[i].Addr(), SrcPort: local.Port(), DstPort: b.to[i].Port(), ID: uint16(i - p)}
 			b.hasher.PutICRC(&a, b.arena[b.off[i]:b.off[i]+b.size[i]])
@@ -467,7 +483,7 @@ func (b *txBatch) send() {
 		p := 0
 		for {
 			b.n, b.from, b.gsoFailed = b.compose(p, !ep.noGSO.Load()), 0, false
-			ep.raw.Write(b.fn)
+			b.raw.Write(b.fn)
 			if !b.gsoFailed {
 				break
 			}

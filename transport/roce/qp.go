@@ -90,6 +90,7 @@ type qpDriver struct {
 	// txMu serialises transmitting requests: the batch below.
 	txMu  sync.Mutex
 	tx    *txBatch
+	sport *net.UDPConn // the QP's own sending socket (nil: the endpoint's)
 	txPkt header.Packet
 	next  rcproto.Packet
 
@@ -218,6 +219,15 @@ func (d *qpDriver) startLocked(attr *verbs.QPAttr) {
 	d.cc.init(d.now())
 	if d.tx == nil {
 		d.tx = newTxBatch(d.ep)
+		// Requests leave from a socket of the QP's own, so that each QP
+		// has its UDP source port and ECMP spreads QPs over paths;
+		// everything arrives on the endpoint's socket. Without one (out
+		// of descriptors), the endpoint's port.
+		if c, raw, err := listenUDP(netip.AddrPortFrom(d.ep.local.Addr(), 0), false); err == nil {
+			d.sport = c
+			d.tx.raw, d.tx.local = raw, c.LocalAddr().(*net.UDPAddr).AddrPort()
+			d.tx.local = netip.AddrPortFrom(d.tx.local.Addr().Unmap(), d.tx.local.Port())
+		}
 	}
 	d.applyLocked(d.req.Connected(d.now()))
 }
@@ -270,6 +280,12 @@ func (d *qpDriver) Destroy() error {
 	d.modMu.Lock()
 	defer d.modMu.Unlock()
 	d.teardown()
+	d.txMu.Lock()
+	if d.sport != nil {
+		d.sport.Close()
+		d.sport = nil
+	}
+	d.txMu.Unlock()
 	return nil
 }
 
