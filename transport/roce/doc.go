@@ -47,17 +47,21 @@
 // marked; a request that arrives CE-marked is answered with a congestion
 // notification packet (CNP), and the sender runs DCQCN rate control.
 //
+// Each QP sends its requests from a socket of its own (a UDP source port
+// per QP, so that ECMP spreads QPs); everything arrives on the context's
+// socket.
+//
 // Not served: SEND with invalidate, UD queue pairs (and so the RDMA CM
 // wire exchange over QP1; package cm connects roce QPs with its TCP
-// handshake), source ports per QP (every QP sends from its context's
-// socket), alternate paths.
+// handshake), alternate paths.
 //
 // # Goroutines and performance
 //
-// One progress goroutine per socket receives in batches (recvmmsg), runs
-// the responders and steps the requesters, and answers in batches
-// (sendmmsg); requests are sent by the goroutine that makes them possible
-// (PostSend's caller, a QP's timer, the progress goroutine after an ACK).
-// Packet buffers are allocated once per socket and per QP; nothing
-// allocates per packet.
+// One progress goroutine per socket receives in batches (recvmmsg, with
+// UDP GRO), runs the responders and steps the requesters, and answers in
+// batches (sendmmsg); requests are sent by the goroutine that makes them
+// possible (PostSend's caller, a QP's timer, the progress goroutine after
+// an ACK). Runs of equal-sized datagrams to an rdmakit peer go as one UDP
+// GSO message. Packet buffers are allocated once per socket and per QP;
+// nothing allocates per packet.
 package roce
