@@ -25,7 +25,9 @@ func TestECN(t *testing.T) {
 	}
 	// A 2 GB/s line (the default, 100 Gb/s, is far above what loopback
 	// moves, so cuts from it would not slow anything down).
-	DCQCN.LineRate = 2e9
+	// alpha decays while no CNP comes (a slow start under the race
+	// detector leaves it near 0): a larger gain makes the CNPs count.
+	DCQCN.LineRate, DCQCN.G = 2e9, 1.0/16
 	defer func() { testMarkCE, DCQCN = nil, rcprotoDefault }()
 	size := 8 << 20
 	if testing.Short() {
