@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/rdmakit/rdmakit/cm"
+	"github.com/rdmakit/rdmakit/internal/sys"
 	"github.com/rdmakit/rdmakit/verbs"
 
 	_ "github.com/rdmakit/rdmakit/transport/roce"
@@ -14,6 +15,9 @@ import (
 // TestCM: package cm's handshake (over TCP) connects roce queue pairs;
 // a Write and a Send then travel as RoCEv2.
 func TestCM(t *testing.T) {
+	if !sys.HasUDPBatch {
+		t.Skip("SKIP: roce needs Linux")
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	opts := cm.Options{Device: "roce0", Insecure: true}

@@ -49,6 +49,7 @@ func newSide(t testing.TB, ctx *verbs.Context, mrSize int) *side {
 
 func openTest(t testing.TB) *verbs.Context {
 	t.Helper()
+	needDevices(t)
 	ctx, err := verbs.Open(testDevice, verbs.Options{})
 	if err != nil {
 		t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 // TestPort4791 runs two endpoints on the RoCEv2 port itself, on two
 // loopback addresses (what two programs on one host do).
 func TestPort4791(t *testing.T) {
+	needDevices(t)
 	open := func(addr string) *verbs.Context {
 		t.Helper()
 		old := os.Getenv(EnvAddr)

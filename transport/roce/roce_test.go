@@ -2,7 +2,10 @@ package roce
 
 import (
 	"os"
+	"runtime"
 	"testing"
+
+	"github.com/rdmakit/rdmakit/internal/sys"
 
 	"github.com/rdmakit/rdmakit/internal/conformance"
 	"go.uber.org/goleak"
@@ -22,4 +25,15 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-func TestConformance(t *testing.T) { conformance.Run(t, testDevice) }
+func TestConformance(t *testing.T) {
+	needDevices(t)
+	conformance.Run(t, testDevice)
+}
+
+// needDevices skips where the transport has no devices (systems other
+// than Linux: no batched socket I/O).
+func needDevices(t testing.TB) {
+	if !sys.HasUDPBatch {
+		t.Skipf("SKIP: roce has no devices on %s (it needs Linux's sendmmsg/recvmmsg)", runtime.GOOS)
+	}
+}
