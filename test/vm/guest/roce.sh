@@ -78,10 +78,24 @@ else
     result skip "roce capture decodes" "no tcpdump"
   fi
 fi
-ro_interop() {  # label rounds
-  RDMAKIT_ROCE_INTEROP="rxe=$RO_RXE ns=$RO_NS iface=rvns ip=$RO_IP peer=$RO_RXE_IP mtu=4096 rounds=$2" \
+ro_interop() {  # label rounds [ip peer]
+  RDMAKIT_ROCE_INTEROP="rxe=$RO_RXE ns=$RO_NS iface=rvns ip=${3:-$RO_IP} peer=${4:-$RO_RXE_IP} mtu=4096 rounds=$2" \
     timeout 300 ./roce.test -test.run '^TestInteropRXE$' -test.v -test.timeout 290s > "$LOG/roce-interop-$1.txt" 2>&1
 }
+# The same exchange over IPv6 (RoCEv2 GIDs fd00:98::1 and fd00:98::2).
+if [[ -x ./roce.test && -e /sys/class/infiniband/$RO_RXE ]]; then
+  ip -6 addr add fd00:98::1/64 dev rvroot nodad 2> "$LOG/roce-v6.txt" &&
+    ip -n $RO_NS -6 addr add fd00:98::2/64 dev rvns nodad 2>> "$LOG/roce-v6.txt"
+  for i in $(seq 1 50); do grep -qs "fd00:0098:0000:0000:0000:0000:0000:0001" /sys/class/infiniband/$RO_RXE/ports/1/gids/* && break; sleep 0.1; done
+  ro_interop v6 1 fd00:98::2 fd00:98::1; rc=$?
+  f=$LOG/roce-interop-v6.txt
+  if [[ $rc == 0 ]] && grep -q -- '--- PASS: TestInteropRXE' "$f"; then
+    result ok "roce interop with rxe over IPv6" "Write, Write+imm, Send+imm, Read, CAS, FAA both ways, data verified; $(grep -o 'RxIDRecovered:[0-9]*' "$f" | head -1)"
+  else
+    result FAIL "roce interop with rxe over IPv6" "rc=$rc $(grep -E -- '--- FAIL|\.go:[0-9]+:' "$f" | head -3 | tr '\n' ' ')"
+    tail -20 "$f"
+  fi
+fi
 if [[ -x ./roce.test && -e /sys/class/infiniband/$RO_RXE ]]; then
   if modprobe sch_netem 2> /dev/null &&
      tc qdisc add dev rvroot root netem loss 5% duplicate 2% reorder 2% delay 1ms 2> "$LOG/roce-netem.txt" &&
