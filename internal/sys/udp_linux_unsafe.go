@@ -167,7 +167,7 @@ func (b *UDPBatch) cmsgs(i int) (tos uint8, seg uint16) {
 }
 
 // SetUDPOptions prepares a UDP socket for RoCEv2: DF set on every
-// datagram (so the IPv4 identification is 0 and datagrams never
+// datagram, IPv6 datagrams with a zero UDP checksum accepted (so the IPv4 identification is 0 and datagrams never
 // fragment), the traffic class tos on every datagram (ECN bits included),
 // the traffic class of arriving datagrams reported (RecvBatch's TOS),
 // with gro the kernel's receive coalescing, and buffers of bufSize bytes
@@ -178,7 +178,10 @@ func SetUDPOptions(fd int, v6 bool, tos uint8, bufSize int, gro bool) error {
 	if v6 {
 		err = firstErr(set(unix.IPPROTO_IPV6, unix.IPV6_MTU_DISCOVER, unix.IPV6_PMTUDISC_DO),
 			set(unix.IPPROTO_IPV6, unix.IPV6_TCLASS, int(tos)),
-			set(unix.IPPROTO_IPV6, unix.IPV6_RECVTCLASS, 1))
+			set(unix.IPPROTO_IPV6, unix.IPV6_RECVTCLASS, 1),
+			// RoCEv2 senders (the kernel's rxe) may send a zero UDP
+			// checksum: the ICRC protects the datagram.
+			set(unix.SOL_UDP, unix.UDP_NO_CHECK6_RX, 1))
 	} else {
 		err = firstErr(set(unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DO),
 			set(unix.IPPROTO_IP, unix.IP_TOS, int(tos)),
