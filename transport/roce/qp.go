@@ -31,8 +31,11 @@ const (
 	// defaultRdAtomic is max_rd_atomic / max_dest_rd_atomic when 0.
 	defaultRdAtomic = 16
 	// window bounds the request packets outstanding (unacknowledged) per
-	// QP: the peer's socket buffer must hold them.
-	window = 256
+	// QP: the peer's socket buffer must hold them. A QP that retransmits
+	// halves its window (down to minWindow: go-back-N resends at most a
+	// window per loss) and grows it by 8 packets per ACK back to window.
+	window    = 256
+	minWindow = 32
 	// readRing bounds the READs whose PSNs are remembered (at least
 	// max_rd_atomic).
 	readRing = 256
@@ -85,6 +88,7 @@ type qpDriver struct {
 	rdTail  uint64
 	maxSent rcproto.PSN // one past the highest request PSN sent
 	anySent bool
+	shrunk  bool // the window was halved for the retransmission in progress
 	cc      dcqcn
 
 	// txMu serialises transmitting requests: the batch below.
@@ -501,6 +505,13 @@ func (d *qpDriver) buildLocked(buf []byte, p *rcproto.Packet) int {
 	}
 	if d.anySent && !p.PSN.After(d.maxSent.Add(rcproto.PSNMask)) {
 		d.ep.stats.retransmits.Add(1)
+		if !d.shrunk {
+			// Once per go-back: halve the window.
+			d.shrunk = true
+			d.req.SetWindow(max(minWindow, d.req.Window()/2))
+		}
+	} else {
+		d.shrunk = false
 	}
 	if !d.anySent || p.PSN.Add(1).After(d.maxSent) {
 		d.maxSent, d.anySent = p.PSN.Add(1), true
@@ -643,6 +654,9 @@ func (d *qpDriver) response(p *header.Packet) {
 	now := d.now()
 	if rp.Op == rcproto.OpAck || rp.Op == rcproto.OpReadResp || rp.Op == rcproto.OpAtomicResp {
 		d.cc.acked(now)
+		if w := d.req.Window(); w < window && rp.Op == rcproto.OpAck {
+			d.req.SetWindow(min(window, w+8))
+		}
 	}
 	place, ok := d.applyLocked(d.req.Step(&rp, now))
 	d.rxFlush = true
