@@ -130,6 +130,8 @@ var (
 	testMarkCE func() bool
 	// testRx sees every parsed datagram (progress goroutines).
 	testRx func(from netip.AddrPort, p *header.Packet)
+	// testDropRx drops arriving datagrams as it says (tests).
+	testDropRx func() bool
 )
 
 func acquire(bind netip.AddrPort, mtu verbs.MTU) (*endpoint, error) {
@@ -321,6 +323,9 @@ func (ep *endpoint) run() {
 
 // input checks one datagram and hands it to its QP.
 func (ep *endpoint) input(b []byte, from netip.AddrPort, tos uint8) {
+	if testDropRx != nil && testDropRx() {
+		return
+	}
 	p := &ep.pkt
 	if err := header.Parse(p, b); err != nil {
 		ep.stats.rxMalformed.Add(1)

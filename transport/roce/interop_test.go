@@ -13,18 +13,22 @@ package roce
 // the requester checks what it read and the atomics' prior values, the
 // responder checks its memory and its receive completions.
 //
-// RDMAKIT_ROCE_INTEROP="rxe=DEV ns=NETNS iface=IFACE ip=ROCE_IP peer=RXE_IP mtu=4096"
+// RDMAKIT_ROCE_INTEROP="rxe=DEV ns=NETNS iface=IFACE ip=ROCE_IP peer=RXE_IP mtu=4096 [rounds=N] [lossy=1]"
+// (lossy=1: the roce side loses 5% of what it sends and receives,
+// duplicates 2% and reorders 2% of what it sends)
 
 import (
 	"bufio"
 	"encoding/json"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -287,6 +291,26 @@ func TestInteropRoCE(t *testing.T) {
 		t.Skip("run by TestInteropRXE")
 	}
 	cfg := interopConfig(t)
+	if cfg["lossy"] != "" {
+		// Loss, duplication and reordering at this side's socket, both
+		// ways: what it sends through the test filter, what arrives
+		// dropped at the same rate.
+		l := &lossy{rng: rand.New(rand.NewPCG(5, 6)), drop: 0.05, dup: 0.02, reorder: 0.02}
+		testFilter = l.filter
+		var mu sync.Mutex
+		rng := rand.New(rand.NewPCG(7, 8))
+		testDropRx = func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return rng.Float64() < 0.05
+		}
+		defer func() {
+			testFilter, testDropRx = nil, nil
+			l.mu.Lock()
+			fmt.Fprintf(os.Stderr, "lossy socket: sent %d dropped, %d duplicated, %d reordered\n", l.dropped, l.duplicated, l.reordered)
+			l.mu.Unlock()
+		}()
+	}
 	ctx, err := verbs.Open("roce0", verbs.Options{})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "open roce0:", err)
