@@ -20,6 +20,22 @@ func TestMain(m *testing.M) {
 
 // rdmakit runs the command with args and returns stdout, stderr and the
 // exit status.
+// TestInfoRoCE: the loopback interface's roce device, with its GID
+// (127.0.0.1, IPv4-mapped) and MTU.
+func TestInfoRoCE(t *testing.T) {
+	t.Setenv("RDMAKIT_ROCE_IFACES", "lo")
+	out, errOut, code := rdmakit(t, "info", "-v", "-d", "roce0")
+	if code != 0 {
+		t.Fatalf("exit %d, stderr %q", code, errOut)
+	}
+	for _, want := range []string{"hca_id:\troce0\n", "\ttransport:\t\t\troce\n", "\t\t\tactive_mtu:\t\t4096 (5)\n",
+		"\t\t\tlink_layer:\t\tEthernet\n", "0000:0000:0000:0000:0000:ffff:7f00:0001"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("info lacks %q:\n%s", want, out)
+		}
+	}
+}
+
 func rdmakit(t *testing.T, args ...string) (string, string, int) {
 	t.Helper()
 	cmd := reexec.Command("rdmakit", args)
@@ -102,6 +118,9 @@ func TestPerfErrors(t *testing.T) {
 }
 
 func TestInfo(t *testing.T) {
+	// roce devices follow the host's interfaces: none here, so that the
+	// lists below are the same on every host (TestInfoRoCE shows one).
+	t.Setenv("RDMAKIT_ROCE_IFACES", "none")
 	out, errOut, code := rdmakit(t, "info")
 	if ibverbsNote != nil {
 		// The ibverbs build on a host where libibverbs finds no device

@@ -572,6 +572,15 @@ func (r *Requester) ackUpTo(upto PSN, now time.Duration) bool {
 	return true
 }
 
+// SetWindow changes Config.Window, the packets outstanding at once (0:
+// unbounded), for the packets handed out from now on: an owner on a
+// lossy network shrinks it when it sees retransmissions (go-back-N
+// resends at most a window per loss) and grows it back.
+func (r *Requester) SetWindow(n int) { r.cfg.Window = max(n, 0) }
+
+// Window returns the current window (Config.Window, or as SetWindow set it).
+func (r *Requester) Window() int { return r.cfg.Window }
+
 // Retune applies the attributes an RTS → RTS transition may change: the
 // local ACK timeout, retry_cnt and rnr_retry. A running ACK timer restarts
 // with the new timeout (none when it is 0, the infinite timeout).

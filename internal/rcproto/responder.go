@@ -51,6 +51,7 @@ type respEntry struct {
 	pkt     Packet
 	npkt    uint32 // READ_RESP packets
 	done    uint32 // of which handed out
+	stop    uint32 // hand out packets below this one (npkt, or fewer once superseded)
 	counted bool   // counts against MaxDestRdAtomic
 }
 
@@ -147,6 +148,7 @@ func (r *Responder) Step(p *Packet) Verdict {
 	case p.Op.isWriteLike():
 		r.ack(r.epsn.Add(PSNMask)) // acknowledge everything done
 	case p.Op == OpRead:
+		r.supersede(p.PSN)
 		r.cur, r.dup, r.busy = *p, true, true
 		return Execute
 	default:
@@ -159,6 +161,20 @@ func (r *Responder) Step(p *Packet) Verdict {
 		// Too old to remember: the requester has its response.
 	}
 	return Drop
+}
+
+// supersede stops handing out the rest of a queued READ response that a
+// repeated READ request starting at q asks for again: the requester has
+// everything before q and gets the rest from the new response, so the
+// old one would only send it twice (on a datagram network, a READ answer
+// is resent at most once per request).
+func (r *Responder) supersede(q PSN) {
+	for i := r.qHead; i < r.qTail; i++ {
+		e := &r.q[i%uint64(len(r.q))]
+		if e.pkt.Op == OpReadResp && q.InRange(e.pkt.PSN, e.pkt.PSN.Add(e.npkt)) && e.done < e.stop {
+			e.stop = e.done
+		}
+	}
 }
 
 // Done reports the outcome of the packet last told to Execute.
@@ -242,7 +258,7 @@ func (r *Responder) push(p Packet, n uint32, counted bool) {
 		r.q = q
 	}
 	p.MSN = r.msn
-	r.q[r.qTail%uint64(len(r.q))] = respEntry{pkt: p, npkt: n, counted: counted}
+	r.q[r.qTail%uint64(len(r.q))] = respEntry{pkt: p, npkt: n, stop: n, counted: counted}
 	r.qTail++
 }
 
@@ -260,6 +276,14 @@ func (r *Responder) Pending(acks bool) bool {
 // owners pass true when they are about to wait (ACKs then go out at once
 // when idle, one for many under load).
 func (r *Responder) NextResponse(p *Packet, acks bool) bool {
+	for r.qHead < r.qTail {
+		// Drop what a repeated READ superseded.
+		e := &r.q[r.qHead%uint64(len(r.q))]
+		if e.done < e.stop {
+			break
+		}
+		r.pop(e)
+	}
 	if !r.Pending(acks) {
 		return false
 	}
@@ -281,12 +305,17 @@ func (r *Responder) NextResponse(p *Packet, acks bool) bool {
 			}
 		}
 	}
-	if e.done++; e.done >= e.npkt {
-		if e.counted {
-			r.rdOut--
-		}
-		*e = respEntry{}
-		r.qHead++
+	if e.done++; e.done >= e.stop {
+		r.pop(e)
 	}
 	return true
+}
+
+// pop removes the head response e.
+func (r *Responder) pop(e *respEntry) {
+	if e.counted {
+		r.rdOut--
+	}
+	*e = respEntry{}
+	r.qHead++
 }

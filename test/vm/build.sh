@@ -30,7 +30,7 @@ log() { echo "[build $(( $(date +%s) - t0 ))s] $*" >&2; }
 # ---------------------------------------------------------------- host packages
 HOST_PKGS=(qemu-system-x86 busybox-static cpio kmod xz-utils zstd binutils iproute2 gcc make
            libibverbs-dev librdmacm-dev ibverbs-providers ibverbs-utils
-           perftest rdmacm-utils)
+           perftest rdmacm-utils tcpdump tshark nftables)
 if [[ ${RDMAVM_SKIP_APT:-0} != 1 ]]; then
   missing=()
   for p in "${HOST_PKGS[@]}"; do

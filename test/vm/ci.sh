@@ -17,7 +17,7 @@
 #                              only the go tests matching the pattern (iterating)
 #
 # Env: RDMAVM_CACHE (default /tmp/rdmakit-vm), CI_VM_TIMEOUT (guest wall
-# limit, default 780 s), CI_KEEP=1 keeps the work dir with all logs.
+# limit, default 1500 s), CI_KEEP=1 keeps the work dir with all logs.
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
@@ -40,13 +40,14 @@ export CGO_ENABLED=1
 ( cd "$ROOT"
   go test -c -tags ibverbs -o "$WORK/ibverbs.test" ./transport/ibverbs
   go test -c -o "$WORK/deviceplugin.test" ./internal/kube/deviceplugin
+  go test -c -tags ibverbs -o "$WORK/roce.test" ./transport/roce
   if ! go build -tags ibverbs -o "$WORK/rdmakit" ./cmd/rdmakit 2> "$WORK/rdmakit-build.txt"; then
     echo "rdmakit did not build with -tags ibverbs:" >&2; cat "$WORK/rdmakit-build.txt" >&2
   fi )
 
 say "booting the guest"
 set +e
-bash "$HERE/run.sh" -t "${CI_VM_TIMEOUT:-780}" -m 3G -w "$WORK" -e CI_QUICK="${CI_QUICK:-0}" -e CI_RUN="${CI_RUN:-}" -e CI_COUNT="${CI_COUNT:-}" -e CI_LOG="$WORK/logs" \
+bash "$HERE/run.sh" -t "${CI_VM_TIMEOUT:-1500}" -m 3G -w "$WORK" -e CI_QUICK="${CI_QUICK:-0}" -e CI_RUN="${CI_RUN:-}" -e CI_COUNT="${CI_COUNT:-}" -e CI_LOG="$WORK/logs" \
   -- bash "$WORK/ci-guest.sh" 2>&1 | tee "$WORK/guest.txt"
 rc=${PIPESTATUS[0]}
 set -e

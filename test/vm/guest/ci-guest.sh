@@ -108,6 +108,12 @@ if [[ -z ${CI_RUN:-} && -x ./rdmakit && -f "$HERE/transfer.sh" ]]; then
   echo "# transfer done at $(elapsed)"
 fi
 
+if [[ -z ${CI_RUN:-} && -f "$HERE/roce.sh" ]]; then
+  # shellcheck source=roce.sh
+  . "$HERE/roce.sh"
+  echo "# roce done at $(elapsed)"
+fi
+
 echo "# total $(elapsed)"
 echo "$PASS passed, $FAIL failed, $SKIP skipped"
 ((FAIL == 0))

@@ -1,0 +1,123 @@
+//go:build linux
+
+package sys
+
+import (
+	"net"
+	"testing"
+	"time"
+)
+
+func udpPair(t *testing.T, gro bool) (a, b *net.UDPConn, fa, fb int) {
+	t.Helper()
+	open := func(gro bool) (*net.UDPConn, int) {
+		c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		f, err := c.File() // a dup of the socket (RecvBatch does not wait)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { f.Close() })
+		if err := SetUDPOptions(int(f.Fd()), false, 0x02, 1<<20, gro); err != nil {
+			t.Fatal(err)
+		}
+		return c, int(f.Fd())
+	}
+	a, fa = open(false)
+	b, fb = open(gro)
+	return
+}
+
+func recvAll(t *testing.T, fd int, rb *UDPBatch, want int) int {
+	t.Helper()
+	got := 0
+	deadline := time.Now().Add(5 * time.Second)
+	for got < want && time.Now().Before(deadline) {
+		n, err := rb.RecvBatch(fd, MaxBatch)
+		if err == ErrAgain {
+			time.Sleep(time.Millisecond)
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		got += n
+		return n
+	}
+	return got
+}
+
+func TestUDPBatch(t *testing.T) {
+	_, b, fa, fb := udpPair(t, false)
+	to := b.LocalAddr().(*net.UDPAddr).AddrPort()
+	var sb, rb UDPBatch
+	for i := 0; i < 3; i++ {
+		sb.Bufs[i] = []byte{byte(i), 1, 2}
+		sb.Addrs[i] = to
+	}
+	if n, err := sb.SendBatch(fa, 0, 3); err != nil || n != 3 {
+		t.Fatalf("sent %d: %v", n, err)
+	}
+	buf := make([]byte, 3*MaxBatch*64)
+	for i := range rb.Bufs {
+		rb.Bufs[i] = buf[i*64 : (i+1)*64]
+	}
+	got := 0
+	for got < 3 {
+		n := recvAll(t, fb, &rb, 3-got)
+		for i := 0; i < n; i++ {
+			if rb.Lens[i] != 3 || rb.Bufs[i][0] != byte(got+i) || rb.TOS[i]&3 != 2 || !rb.Addrs[i].Addr().Is4() {
+				t.Fatalf("datagram %d: len %d tos %#x from %v %x", got+i, rb.Lens[i], rb.TOS[i], rb.Addrs[i], rb.Bufs[i][:3])
+			}
+		}
+		got += n
+	}
+}
+
+// A GSO message of three 100-byte segments arrives as three datagrams
+// (or, with GRO, as one buffer with its segment size).
+func TestUDPGSO(t *testing.T) {
+	for _, gro := range []bool{false, true} {
+		_, b, fa, fb := udpPair(t, gro)
+		to := b.LocalAddr().(*net.UDPAddr).AddrPort()
+		var sb, rb UDPBatch
+		msg := make([]byte, 250)
+		for i := range msg {
+			msg[i] = byte(i / 100)
+		}
+		sb.Bufs[0], sb.Addrs[0], sb.Seg[0] = msg, to, 100
+		if n, err := sb.SendBatch(fa, 0, 1); err == ErrGSO {
+			t.Skipf("SKIP (loud): the kernel refuses UDP GSO here: %v", err)
+		} else if err != nil || n != 1 {
+			t.Fatalf("sent %d: %v", n, err)
+		}
+		buf := make([]byte, MaxBatch*1024)
+		for i := range rb.Bufs {
+			rb.Bufs[i] = buf[i*1024 : (i+1)*1024]
+		}
+		var sizes []int
+		total := 0
+		for total < 250 {
+			n := recvAll(t, fb, &rb, 1)
+			if n == 0 {
+				t.Fatalf("gro=%v: got %v", gro, sizes)
+			}
+			for i := 0; i < n; i++ {
+				seg := int(rb.Seg[i])
+				if seg == 0 {
+					seg = rb.Lens[i]
+				}
+				for off := 0; off < rb.Lens[i]; off += seg {
+					sizes = append(sizes, min(seg, rb.Lens[i]-off))
+				}
+				total += rb.Lens[i]
+			}
+		}
+		if len(sizes) != 3 || sizes[0] != 100 || sizes[1] != 100 || sizes[2] != 50 {
+			t.Fatalf("gro=%v: segments %v", gro, sizes)
+		}
+	}
+}

@@ -1,0 +1,529 @@
+package roce
+
+// A device's UDP socket and its progress goroutine.
+//
+// Goroutines: one progress goroutine per endpoint (run). It receives
+// datagrams in batches (recvmmsg), checks and dispatches them to queue
+// pairs by destination QP number: requests to the QP's responder (which
+// this goroutine alone runs, under the QP's rxMu), responses to its
+// requester (under the QP's mu). Responses it owes are gathered in its own
+// transmit batch and sent (sendmmsg) when the batch is full and after
+// each receive batch, so ACKs coalesce under load and leave at once
+// otherwise. Requests are sent by whoever makes them possible (PostSend's
+// caller, the timer, this goroutine after an ACK), each QP with its own
+// batch under its txMu.
+//
+// Contexts opened with the same bind address share one endpoint
+// (refcounted): a UDP port can be bound once.
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"syscall"
+
+	"github.com/rdmakit/rdmakit/internal/sys"
+	"github.com/rdmakit/rdmakit/transport/roce/header"
+	"github.com/rdmakit/rdmakit/verbs"
+)
+
+const (
+	// maxPacket is the largest UDP payload sent or accepted: a 4096-byte
+	// MTU and the longest header set.
+	maxPacket = 4096 + 64
+	// sockBuf is the socket buffer size asked for each way.
+	sockBuf = 4 << 20
+	// tosECT is the traffic class of every datagram: ECN-capable (ECT(0)).
+	tosECT  = 0x02
+	ecnMask = 0x03
+	ecnCE   = 0x03
+)
+
+// Counters are an endpoint's packet counters (see Stats).
+type Counters struct {
+	RxPackets, TxPackets uint64
+	RxBadICRC            uint64 // dropped: ICRC mismatch
+	RxMalformed          uint64 // dropped: header parse error
+	RxUnknownQP          uint64 // dropped: no such QP, or not from its peer
+	RxIDRecovered        uint64 // IPv4 ICRC matched with a non-zero identification (solved for; GSO runs, rxe)
+	RxCE                 uint64 // arrived with ECN CE marked
+	TxCNP, RxCNP         uint64 // congestion notifications sent and received
+	Retransmits          uint64 // request packets sent again
+	SendErrors           uint64 // datagrams the socket refused (dropped)
+}
+
+type counters struct {
+	rxPackets, txPackets, rxBadICRC, rxMalformed, rxUnknownQP, rxIDRecovered, rxCE, txCNP, rxCNP, retransmits, sendErrors atomic.Uint64
+}
+
+func (c *counters) snapshot() Counters {
+	return Counters{RxPackets: c.rxPackets.Load(), TxPackets: c.txPackets.Load(), RxBadICRC: c.rxBadICRC.Load(),
+		RxMalformed: c.rxMalformed.Load(), RxUnknownQP: c.rxUnknownQP.Load(), RxIDRecovered: c.rxIDRecovered.Load(),
+		RxCE: c.rxCE.Load(), TxCNP: c.txCNP.Load(), RxCNP: c.rxCNP.Load(), Retransmits: c.retransmits.Load(),
+		SendErrors: c.sendErrors.Load()}
+}
+
+// Stats returns the packet counters of the roce context ctx's device
+// socket (shared by the contexts bound to the same address).
+func Stats(ctx *verbs.Context) (Counters, bool) {
+	if a := ctxOf(ctx); a != nil {
+		return a.ep.stats.snapshot(), true
+	}
+	return Counters{}, false
+}
+
+// registry of endpoints by bind address.
+var (
+	regMu sync.Mutex
+	reg   = map[netip.AddrPort]*endpoint{}
+)
+
+type endpoint struct {
+	key   netip.AddrPort
+	conn  *net.UDPConn
+	raw   syscall.RawConn
+	local netip.AddrPort
+	mtu   verbs.MTU
+	stats counters
+	wg    sync.WaitGroup
+
+	refs int // under regMu
+
+	// qps maps QP numbers to QPs from RTR on; copy on write under qmu,
+	// read lock-free by the progress goroutine.
+	qmu sync.Mutex
+	qps atomic.Pointer[map[uint32]*qpDriver]
+
+	// wrap is the socket wrapper used by tests to lose, duplicate and
+	// reorder datagrams (nil: none).
+	wrap Filter
+	// testCE, when set, marks arriving datagrams CE as it says (tests).
+	testCE func() bool
+	// noGSO: the kernel refused segmentation offload once.
+	noGSO atomic.Bool
+
+	// Progress goroutine only.
+	rx      sys.UDPBatch
+	tx      *txBatch
+	hasher  header.Hasher
+	pkt     header.Packet
+	touched []*qpDriver
+	backlog []*qpDriver // QPs with responses left to send
+	block   bool        // the next receive may wait
+	recvFn  func(fd uintptr) bool
+	recvN   int
+	recvErr error
+}
+
+// Filter sees every datagram an endpoint sends, for tests that make the
+// network lossy: it sends what it wants with send (nothing: lost; twice:
+// duplicated; a copy later: reordered). b is reused after it returns.
+type Filter func(b []byte, to netip.AddrPort, send func(b []byte, to netip.AddrPort))
+
+// testFilter and testMarkCE, when set, are installed on endpoints as
+// they are created.
+var (
+	testFilter Filter
+	testMarkCE func() bool
+	// testRx sees every parsed datagram (progress goroutines).
+	testRx func(from netip.AddrPort, p *header.Packet)
+	// testDropRx drops arriving datagrams as it says (tests).
+	testDropRx func() bool
+)
+
+func acquire(bind netip.AddrPort, mtu verbs.MTU) (*endpoint, error) {
+	regMu.Lock()
+	defer regMu.Unlock()
+	if bind.Port() != 0 {
+		if ep := reg[bind]; ep != nil {
+			ep.refs++
+			return ep, nil
+		}
+	}
+	ep, err := newEndpoint(bind, mtu)
+	if err != nil {
+		return nil, err
+	}
+	ep.refs = 1
+	if bind.Port() != 0 {
+		reg[bind] = ep
+	}
+	return ep, nil
+}
+
+func (ep *endpoint) release() error {
+	regMu.Lock()
+	ep.refs--
+	last := ep.refs == 0
+	if last && reg[ep.key] == ep {
+		delete(reg, ep.key)
+	}
+	regMu.Unlock()
+	if !last {
+		return nil
+	}
+	err := ep.conn.Close()
+	ep.wg.Wait()
+	if err != nil && !errors.Is(err, net.ErrClosed) {
+		return fmt.Errorf("roce: closing the socket: %w", err)
+	}
+	return nil
+}
+
+// listenUDP opens a UDP socket on bind with RoCEv2's options.
+func listenUDP(bind netip.AddrPort, gro bool) (*net.UDPConn, syscall.RawConn, error) {
+	network := "udp4"
+	if bind.Addr().Is6() {
+		network = "udp6"
+	}
+	c, err := net.ListenUDP(network, net.UDPAddrFromAddrPort(bind))
+	if err != nil {
+		return nil, nil, fmt.Errorf("roce: binding %s (%s; another RoCE endpoint on this address, e.g. the kernel's rxe, holds the port): %w", bind, EnvAddr, err)
+	}
+	raw, err := c.SyscallConn()
+	if err != nil {
+		c.Close()
+		return nil, nil, err
+	}
+	var serr error
+	if err := raw.Control(func(fd uintptr) {
+		serr = sys.SetUDPOptions(int(fd), bind.Addr().Is6(), tosECT, sockBuf, gro)
+	}); err == nil && serr != nil {
+		err = serr
+	}
+	if err != nil {
+		c.Close()
+		return nil, nil, fmt.Errorf("roce: socket options: %w", err)
+	}
+	return c, raw, nil
+}
+
+func newEndpoint(bind netip.AddrPort, mtu verbs.MTU) (*endpoint, error) {
+	c, raw, err := listenUDP(bind, true)
+	if err != nil {
+		return nil, err
+	}
+	la := c.LocalAddr().(*net.UDPAddr).AddrPort()
+	ep := &endpoint{key: bind, conn: c, raw: raw, local: netip.AddrPortFrom(la.Addr().Unmap(), la.Port()), mtu: mtu, wrap: testFilter, testCE: testMarkCE}
+	m := map[uint32]*qpDriver{}
+	ep.qps.Store(&m)
+	// Receive buffers hold a coalesced run (UDP_GRO) each.
+	const rxBuf = 64 << 10
+	pool := make([]byte, sys.MaxBatch*rxBuf)
+	for i := 0; i < sys.MaxBatch; i++ {
+		ep.rx.Bufs[i] = pool[i*rxBuf : (i+1)*rxBuf : (i+1)*rxBuf]
+	}
+	ep.tx = newTxBatch(ep)
+	ep.recvFn = ep.rawRecv
+	ep.wg.Add(1)
+	go ep.run()
+	return ep, nil
+}
+
+func (ep *endpoint) addQP(d *qpDriver) error {
+	ep.qmu.Lock()
+	defer ep.qmu.Unlock()
+	old := *ep.qps.Load()
+	if o := old[d.num]; o != nil && o != d {
+		return fmt.Errorf("%w: QP number %#x is in use on %s by another context; create the QP again", verbs.ErrBusy, d.num, ep.local)
+	}
+	m := make(map[uint32]*qpDriver, len(old)+1)
+	for k, v := range old {
+		m[k] = v
+	}
+	m[d.num] = d
+	ep.qps.Store(&m)
+	return nil
+}
+
+func (ep *endpoint) removeQP(d *qpDriver) {
+	ep.qmu.Lock()
+	defer ep.qmu.Unlock()
+	old := *ep.qps.Load()
+	if old[d.num] != d {
+		return
+	}
+	m := make(map[uint32]*qpDriver, len(old))
+	for k, v := range old {
+		if k != d.num {
+			m[k] = v
+		}
+	}
+	ep.qps.Store(&m)
+}
+
+func (ep *endpoint) rawRecv(fd uintptr) bool {
+	ep.recvN, ep.recvErr = ep.rx.RecvBatch(int(fd), sys.MaxBatch)
+	return ep.recvErr != sys.ErrAgain || !ep.block
+}
+
+// serviceBacklog sends the next burst of each backlogged QP's responses.
+func (ep *endpoint) serviceBacklog() {
+	if len(ep.backlog) == 0 {
+		return
+	}
+	b := ep.backlog
+	ep.backlog = ep.backlog[len(ep.backlog):]
+	for i, d := range b {
+		b[i] = nil
+		d.inBacklog = false
+		d.rxMu.Lock()
+		if d.rx.live && d.rx.resp != nil {
+			d.drainBurst()
+		}
+		d.rxMu.Unlock()
+	}
+	if len(ep.backlog) == 0 {
+		ep.backlog = b[:0]
+	}
+}
+
+// run is the progress goroutine.
+func (ep *endpoint) run() {
+	defer ep.wg.Done()
+	for {
+		ep.block = len(ep.backlog) == 0
+		if err := ep.raw.Read(ep.recvFn); err != nil {
+			return // closed
+		}
+		if ep.recvErr == sys.ErrAgain {
+			ep.recvN, ep.recvErr = 0, nil
+		}
+		if ep.recvErr != nil {
+			if errors.Is(ep.recvErr, net.ErrClosed) || errors.Is(ep.recvErr, syscall.EBADF) {
+				return
+			}
+			continue // e.g. ECONNREFUSED from an ICMP error: nothing to do
+		}
+		for i := 0; i < ep.recvN; i++ {
+			b := ep.rx.Bufs[i][:ep.rx.Lens[i]]
+			seg := int(ep.rx.Seg[i])
+			if seg == 0 {
+				seg = len(b)
+			}
+			for len(b) > 0 {
+				k := min(seg, len(b))
+				ep.input(b[:k], ep.rx.Addrs[i], ep.rx.TOS[i])
+				ep.stats.rxPackets.Add(1)
+				b = b[k:]
+			}
+		}
+		for _, d := range ep.touched {
+			d.rxDone()
+		}
+		clear(ep.touched)
+		ep.touched = ep.touched[:0]
+		ep.serviceBacklog()
+		ep.flushTx()
+	}
+}
+
+// input checks one datagram and hands it to its QP.
+func (ep *endpoint) input(b []byte, from netip.AddrPort, tos uint8) {
+	if testDropRx != nil && testDropRx() {
+		return
+	}
+	p := &ep.pkt
+	if err := header.Parse(p, b); err != nil {
+		ep.stats.rxMalformed.Add(1)
+		return
+	}
+	if testRx != nil {
+		testRx(from, p)
+	}
+	d := (*ep.qps.Load())[p.BTH.DestQP()]
+	if d == nil {
+		ep.stats.rxUnknownQP.Add(1)
+		return
+	}
+	if !d.rxTouched {
+		d.rxTouched = true
+		d.rxMu.Lock()
+		ep.touched = append(ep.touched, d)
+	}
+	if from.Addr() != d.rx.peerIP {
+		ep.stats.rxUnknownQP.Add(1)
+		return
+	}
+	a := header.Addrs{Src: from.Addr(), Dst: ep.local.Addr(), SrcPort: from.Port(), DstPort: ep.local.Port()}
+	id, ok := ep.hasher.CheckICRC(&a, b)
+	if !ok || (d.rx.gso && id >= sys.MaxGSOSegments) {
+		// An rdmakit peer's datagrams carry identification 0, or their
+		// place in a GSO run: anything else is corruption.
+		ep.stats.rxBadICRC.Add(1)
+		return
+	}
+	if id != 0 {
+		ep.stats.rxIDRecovered.Add(1)
+	}
+	ce := tos&ecnMask == ecnCE || (ep.testCE != nil && ep.testCE())
+	if ce {
+		ep.stats.rxCE.Add(1)
+	}
+	d.input(p, ce)
+}
+
+// txBuf returns room for the next response datagram, flushing the
+// batch first if it is full.
+func (ep *endpoint) txBuf() []byte {
+	if b := ep.tx.buf(); b != nil {
+		return b
+	}
+	ep.flushTx()
+	return ep.tx.buf()
+}
+
+// txAdd queues the first n bytes of the room txBuf returned, to to.
+func (ep *endpoint) txAdd(n int, to netip.AddrPort, gso bool) { ep.tx.add(n, to, gso) }
+
+// flushTx sends the response batch.
+func (ep *endpoint) flushTx() { ep.tx.send() }
+
+// txBatch gathers datagrams to send, built back to back in one arena,
+// and sends them: runs of equal-sized datagrams to one rdmakit peer go
+// as one UDP segmentation offload (GSO) message each where the kernel
+// takes it, the rest one by one, all with one sendmmsg(2). The ICRCs are
+// computed here, when it is known which datagram goes where in a run:
+// the kernel numbers the IPv4 identifications of a run's datagrams 0, 1,
+// 2, ... (unconnected socket, DF set). The socket callback is made once
+// (no allocation per send). One goroutine at a time (the owner's lock).
+type txBatch struct {
+	sys.UDPBatch // the messages
+	ep           *endpoint
+	raw          syscall.RawConn // the socket it sends on (a QP's own, or the endpoint's)
+	local        netip.AddrPort  // and its address
+	arena        []byte
+	pos          int
+	np           int
+	off          [sys.MaxBatch]int
+	size         [sys.MaxBatch]int
+	to           [sys.MaxBatch]netip.AddrPort
+	gso          [sys.MaxBatch]bool // may be in a GSO run (an rdmakit peer)
+	first        [sys.MaxBatch]int  // message -> its first datagram
+	hasher       header.Hasher
+	n, from      int
+	gsoFailed    bool
+	fn           func(fd uintptr) bool
+}
+
+func newTxBatch(ep *endpoint) *txBatch {
+	b := &txBatch{ep: ep, raw: ep.raw, local: ep.local, arena: make([]byte, sys.MaxBatch*maxPacket)}
+	b.fn = b.write
+	return b
+}
+
+// buf returns room for the next datagram (maxPacket bytes), or nil when
+// the batch is full.
+func (b *txBatch) buf() []byte {
+	if b.np == sys.MaxBatch || b.pos+maxPacket > len(b.arena) {
+		return nil
+	}
+	return b.arena[b.pos : b.pos+maxPacket : b.pos+maxPacket]
+}
+
+// add queues the first k bytes of the room buf returned, for to; gso
+// says the receiver is rdmakit (which checks ICRCs whatever identification
+// the kernel gives a datagram).
+func (b *txBatch) add(k int, to netip.AddrPort, gso bool) {
+	b.off[b.np], b.size[b.np], b.to[b.np], b.gso[b.np] = b.pos, k, to, gso
+	b.np++
+	b.pos += k
+}
+
+// compose fills the messages from datagram p on; it returns how many.
+func (b *txBatch) compose(p int, useGSO bool) int {
+	m := 0
+	for p < b.np {
+		q := p + 1
+		l := b.size[p]
+		total := l
+		if useGSO && b.gso[p] {
+			for q < b.np && b.gso[q] && b.to[q] == b.to[p] && q-p < sys.MaxGSOSegments &&
+				b.size[q] <= l && total+b.size[q] <= sys.MaxGSOBytes && b.off[q] == b.off[q-1]+b.size[q-1] {
+				total += b.size[q]
+				q++
+				if b.size[q-1] < l {
+					break // a shorter datagram ends a run
+				}
+			}
+		}
+		b.Bufs[m] = b.arena[b.off[p] : b.off[p]+total]
+		b.Addrs[m] = b.to[p]
+		b.Seg[m] = 0
+		if q-p > 1 {
+			b.Seg[m] = uint16(l)
+		}
+		b.first[m] = p
+		local := b.local
+		for i := p; i < q; i++ {
+			a := header.Addrs{Src: local.Addr(), Dst: b.to[i].Addr(), SrcPort: local.Port(), DstPort: b.to[i].Port(), ID: uint16(i - p)}
+			b.hasher.PutICRC(&a, b.arena[b.off[i]:b.off[i]+b.size[i]])
+		}
+		m++
+		p = q
+	}
+	return m
+}
+
+// send sends the queued datagrams, waiting for the socket when it is
+// full; a datagram the socket refuses is dropped (the protocol
+// retransmits). The batch is empty when it returns.
+func (b *txBatch) send() {
+	ep := b.ep
+	if b.np == 0 {
+		return
+	}
+	ep.stats.txPackets.Add(uint64(b.np))
+	if ep.wrap != nil {
+		for i := 0; i < b.np; i++ {
+			a := header.Addrs{Src: ep.local.Addr(), Dst: b.to[i].Addr(), SrcPort: ep.local.Port(), DstPort: b.to[i].Port()}
+			pk := b.arena[b.off[i] : b.off[i]+b.size[i]]
+			b.hasher.PutICRC(&a, pk)
+			ep.wrap(pk, b.to[i], ep.sendOne)
+		}
+	} else {
+		p := 0
+		for {
+			b.n, b.from, b.gsoFailed = b.compose(p, !ep.noGSO.Load()), 0, false
+			b.raw.Write(b.fn)
+			if !b.gsoFailed {
+				break
+			}
+			// The kernel refused segmentation offload: send the rest
+			// one by one from now on.
+			ep.noGSO.Store(true)
+			p = b.first[b.from]
+		}
+	}
+	b.np, b.pos = 0, 0
+}
+
+func (b *txBatch) write(fd uintptr) bool {
+	for b.from < b.n {
+		k, err := b.SendBatch(int(fd), b.from, b.n)
+		if err == sys.ErrAgain {
+			return false
+		}
+		if err == sys.ErrGSO {
+			b.gsoFailed = true
+			return true
+		}
+		if err != nil {
+			// One message refused (e.g. an ICMP error reported): skip it.
+			b.ep.stats.sendErrors.Add(1)
+			b.from++
+			continue
+		}
+		b.from += k
+	}
+	return true
+}
+
+func (ep *endpoint) sendOne(b []byte, to netip.AddrPort) {
+	if _, err := ep.conn.WriteToUDPAddrPort(b, to); err != nil {
+		ep.stats.sendErrors.Add(1)
+	}
+}

@@ -1,0 +1,234 @@
+package header
+
+// The invariant CRC of RoCEv2.
+//
+// The ICRC is the CRC-32 (IEEE 802.3 polynomial) of: eight bytes of 0xff
+// (the InfiniBand LRH, masked), the IP header with its variant fields set
+// to ones (IPv4: type of service, TTL and header checksum; IPv6: traffic
+// class, flow label and hop limit), the UDP header with its checksum set
+// to ones, the BTH with its reserved byte (FECN/BECN) set to ones, then
+// the rest of the transport headers, the payload and the pad bytes. It
+// travels after the pad as a little-endian 32-bit number.
+//
+// A receiver on a UDP socket does not see the IP header, so it rebuilds
+// it from what it knows: addresses and ports from the socket, lengths
+// from the datagram, DF set. The one IPv4 field it cannot know is the
+// identification: a sender on an unconnected socket with DF set (as this
+// package's users are) sends 0, but the Linux kernel's RoCE drivers put a
+// counter there. Because the CRC is linear, CheckICRC solves for the
+// identification that makes the CRC match; such a packet's check is
+// 16 bits weaker than a full 32-bit one (it accepts a corrupted packet
+// with probability 2^-16 instead of 2^-32). IPv6 has no such field.
+
+import (
+	"encoding/binary"
+	"hash/crc32"
+	"math/bits"
+	"net/netip"
+)
+
+// Addrs is what the ICRC covers of the IP and UDP headers.
+type Addrs struct {
+	Src, Dst         netip.Addr // both IPv4 (or IPv4-mapped) or both IPv6
+	SrcPort, DstPort uint16
+	// ID is the IPv4 identification (0 from a DF-set unconnected socket).
+	ID uint16
+}
+
+const (
+	ipv4Len = 20
+	ipv6Len = 40
+	udpLen  = 8
+	// pseudoMax is the longest masked prefix: LRH, IPv6, UDP, BTH.
+	pseudoMax = 8 + ipv6Len + udpLen + BTHLen
+)
+
+// lrhSeed is the CRC of the eight 0xff bytes of the masked LRH.
+var lrhSeed = crc32.Update(0, crc32.IEEETable, []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff})
+
+// pseudo writes the masked IP, UDP and BTH headers for a UDP payload of
+// n bytes whose BTH is bth into buf and returns them, and the offset of
+// the IPv4 identification in them (-1 for IPv6).
+func pseudo(buf *[pseudoMax]byte, a *Addrs, bth []byte, n int) ([]byte, int) {
+	b := buf[:]
+	var o int
+	idOff := -1
+	if a.Src.Is4() || a.Src.Is4In6() {
+		h := b[:ipv4Len]
+		h[0] = 0x45
+		h[1] = 0xff // TOS
+		binary.BigEndian.PutUint16(h[2:], uint16(ipv4Len+udpLen+n))
+		binary.BigEndian.PutUint16(h[4:], a.ID)
+		binary.BigEndian.PutUint16(h[6:], 0x4000) // DF
+		h[8] = 0xff                               // TTL
+		h[9] = 17                                 // UDP
+		h[10], h[11] = 0xff, 0xff                 // checksum
+		s, d := a.Src.Unmap().As4(), a.Dst.Unmap().As4()
+		copy(h[12:], s[:])
+		copy(h[16:], d[:])
+		o = ipv4Len
+		idOff = 4
+	} else {
+		h := b[:ipv6Len]
+		h[0], h[1], h[2], h[3] = 0x6f, 0xff, 0xff, 0xff // version, TC and flow label masked
+		binary.BigEndian.PutUint16(h[4:], uint16(udpLen+n))
+		h[6] = 17   // next header
+		h[7] = 0xff // hop limit
+		s, d := a.Src.As16(), a.Dst.As16()
+		copy(h[8:], s[:])
+		copy(h[24:], d[:])
+		o = ipv6Len
+	}
+	u := b[o : o+udpLen]
+	binary.BigEndian.PutUint16(u[0:], a.SrcPort)
+	binary.BigEndian.PutUint16(u[2:], a.DstPort)
+	binary.BigEndian.PutUint16(u[4:], uint16(udpLen+n))
+	u[6], u[7] = 0xff, 0xff
+	o += udpLen
+	copy(b[o:o+BTHLen], bth[:BTHLen])
+	b[o+bthResv8a] = 0xff
+	o += BTHLen
+	return b[:o], idOff
+}
+
+// Hasher computes and checks ICRCs without allocating: it holds the
+// scratch space of the masked headers (the CRC code keeps what it is
+// given on the heap). One per goroutine; the zero value is ready.
+type Hasher struct{ buf [pseudoMax]byte }
+
+// ICRC is Hasher.ICRC with a temporary Hasher.
+func ICRC(a *Addrs, body []byte) uint32 { return new(Hasher).ICRC(a, body) }
+
+// PutICRC is Hasher.PutICRC with a temporary Hasher.
+func PutICRC(a *Addrs, pkt []byte) { new(Hasher).PutICRC(a, pkt) }
+
+// CheckICRC is Hasher.CheckICRC with a temporary Hasher.
+func CheckICRC(a *Addrs, pkt []byte) (id uint16, ok bool) { return new(Hasher).CheckICRC(a, pkt) }
+
+// ICRC returns the ICRC of a packet whose UDP payload, without its ICRC,
+// is body (which starts with the BTH).
+func (h *Hasher) ICRC(a *Addrs, body []byte) uint32 {
+	ps, _ := pseudo(&h.buf, a, body, len(body)+ICRCLen)
+	c := crc32.Update(lrhSeed, crc32.IEEETable, ps)
+	return crc32.Update(c, crc32.IEEETable, body[BTHLen:])
+}
+
+// PutICRC computes the ICRC of pkt (a whole UDP payload: the last four
+// bytes are the ICRC's) and stores it there.
+func (h *Hasher) PutICRC(a *Addrs, pkt []byte) {
+	n := len(pkt) - ICRCLen
+	binary.LittleEndian.PutUint32(pkt[n:], h.ICRC(a, pkt[:n]))
+}
+
+// CheckICRC reports whether the ICRC at the end of pkt (a whole UDP
+// payload, at least BTHLen+ICRCLen bytes) is right for a packet between
+// a's addresses and ports. For IPv4, a.ID is ignored: the identification
+// that makes the ICRC match, if any, is returned (see the file comment).
+func (h *Hasher) CheckICRC(a *Addrs, pkt []byte) (id uint16, ok bool) {
+	if len(pkt) < BTHLen+ICRCLen {
+		return 0, false
+	}
+	n := len(pkt) - ICRCLen
+	want := binary.LittleEndian.Uint32(pkt[n:])
+	aa := *a
+	aa.ID = 0
+	ps, idOff := pseudo(&h.buf, &aa, pkt, len(pkt))
+	c := crc32.Update(lrhSeed, crc32.IEEETable, ps)
+	c = crc32.Update(c, crc32.IEEETable, pkt[BTHLen:n])
+	if c == want {
+		return 0, true
+	}
+	if idOff < 0 {
+		return 0, false
+	}
+	// The identification's bytes are followed by m more bytes.
+	m := 8 + len(ps) - (8 + idOff + 2) + (n - BTHLen)
+	return solveID(c^want, uint64(m))
+}
+
+// GF(2) polynomial arithmetic modulo the CRC-32 polynomial, in the
+// reflected bit order of the CRC register (bit 31 is x^0).
+const poly = 0xedb88320
+
+func multmodp(a, b uint32) uint32 {
+	m := uint32(1) << 31
+	var p uint32
+	for {
+		if a&m != 0 {
+			p ^= b
+			if a&(m-1) == 0 {
+				break
+			}
+		}
+		m >>= 1
+		if b&1 != 0 {
+			b = b>>1 ^ poly
+		} else {
+			b >>= 1
+		}
+	}
+	return p
+}
+
+// x2n[k] is x^(2^k) modulo the polynomial.
+var x2n = func() (t [32]uint32) {
+	p := uint32(1) << 30 // x^1
+	for k := range t {
+		t[k] = p
+		p = multmodp(p, p)
+	}
+	return t
+}()
+
+// xpow8 returns x^(8n): the effect of n zero bytes on the CRC register.
+func xpow8(n uint64) uint32 {
+	p := uint32(1) << 31 // x^0
+	for k := 3; n != 0; k++ {
+		if n&1 != 0 {
+			p = multmodp(x2n[k&31], p)
+		}
+		n >>= 1
+	}
+	return p
+}
+
+// idEffect[i] is the CRC register after the two bytes of an
+// identification with only bit i set, from a zero register.
+var idEffect = func() (t [16]uint32) {
+	zero := crc32.ChecksumIEEE([]byte{0, 0})
+	for i := range t {
+		v := uint16(1) << i
+		t[i] = crc32.ChecksumIEEE([]byte{byte(v >> 8), byte(v)}) ^ zero
+	}
+	return t
+}()
+
+// solveID finds the 16-bit identification x whose effect on the CRC,
+// followed by m bytes, is d; ok is false when none exists.
+func solveID(d uint32, m uint64) (uint16, bool) {
+	shift := xpow8(m)
+	var basis [16]uint32
+	var tag [16]uint16
+	var pivot [16]uint32
+	k := 0
+	for i := range idEffect {
+		v, t := multmodp(shift, idEffect[i]), uint16(1)<<i
+		for j := 0; j < k; j++ {
+			if v&pivot[j] != 0 {
+				v, t = v^basis[j], t^tag[j]
+			}
+		}
+		if v == 0 {
+			continue // cannot happen: CRC-32 detects every 16-bit burst
+		}
+		basis[k], tag[k], pivot[k] = v, t, uint32(1)<<(bits.Len32(v)-1)
+		k++
+	}
+	var x uint16
+	for j := 0; j < k; j++ {
+		if d&pivot[j] != 0 {
+			d, x = d^basis[j], x^tag[j]
+		}
+	}
+	return x, d == 0
+}

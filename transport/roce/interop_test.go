@@ -1,0 +1,342 @@
+//go:build ibverbs && linux
+
+package roce
+
+// Interoperability with the Linux kernel's Soft-RoCE (rxe), in the test
+// VM (test/vm/guest/roce.sh): this process drives an rxe QP through
+// transport/ibverbs in the root network namespace, and runs itself again
+// in another namespace (ip netns exec) as the roce side; the two are
+// joined by a veth pair and exchange QP numbers, PSNs, keys and addresses
+// on the child's stdin/stdout. Each side in turn is the requester:
+// Write (multi-packet), Write with immediate, Send with immediate
+// (multi-packet), Read (multi-packet), compare-and-swap and fetch-and-add;
+// the requester checks what it read and the atomics' prior values, the
+// responder checks its memory and its receive completions.
+//
+// RDMAKIT_ROCE_INTEROP="rxe=DEV ns=NETNS iface=IFACE ip=ROCE_IP peer=RXE_IP mtu=4096 [rounds=N] [lossy=1]"
+// (lossy=1: the roce side loses 5% of what it sends and receives,
+// duplicates 2% and reorders 2% of what it sends)
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	_ "github.com/rdmakit/rdmakit/transport/ibverbs"
+	"github.com/rdmakit/rdmakit/verbs"
+)
+
+const (
+	offW     = 0          // peer writes 256 KiB here
+	offWI    = 256 << 10  // peer writes 1000 bytes with immediate here
+	offR     = 320 << 10  // read source, 256 KiB
+	offRD    = 640 << 10  // our read destination, 256 KiB
+	offRecv  = 960 << 10  // two 32 KiB receives
+	offAtom  = 1088 << 10 // the atomic word (starts at 5)
+	offRes   = 1096 << 10 // prior values of our atomics
+	offSrc   = 1152 << 10 // what we write and send, 256 KiB
+	lenBig   = 256 << 10
+	lenWI    = 1000
+	lenSend  = 20000
+	immWI    = 0x0a0b0c0d
+	immSend  = 0x01020304
+	interMR  = 2 << 20
+	seedSelf = 1
+)
+
+type interInfo struct {
+	QPN, PSN, RKey uint32
+	Addr           uint64
+	IP             string
+}
+
+type interSide struct {
+	*side
+	role string // "rxe" or "roce": seeds differ
+	in   *bufio.Scanner
+	out  io.Writer
+}
+
+func seedOf(role string, what int) uint64 {
+	s := uint64(what) * 1000
+	if role == "roce" {
+		s++
+	}
+	return s
+}
+
+func (s *interSide) prepare() {
+	b := s.mr.Bytes()
+	fill(b[offSrc:offSrc+lenBig], seedOf(s.role, 1))
+	fill(b[offR:offR+lenBig], seedOf(s.role, 2))
+	clear(b[offW : offW+lenBig])
+	putU64(b[offAtom:], 5)
+	for i := 0; i < 2; i++ {
+		if err := s.qp.PostRecv([]verbs.RecvWR{{ID: uint64(100 + i), SGL: []verbs.SGE{s.mr.SGE(offRecv+i*(32<<10), 32<<10)}}}); err != nil {
+			s.t.Fatal(err)
+		}
+	}
+}
+
+func putU64(b []byte, v uint64) {
+	for i := 0; i < 8; i++ {
+		b[i] = byte(v >> (8 * i))
+	}
+}
+func getU64(b []byte) uint64 {
+	var v uint64
+	for i := 7; i >= 0; i-- {
+		v = v<<8 | uint64(b[i])
+	}
+	return v
+}
+
+func (s *interSide) send(v any) {
+	b, _ := json.Marshal(v)
+	fmt.Fprintf(s.out, "%s\n", b)
+}
+
+func (s *interSide) recv(v any) {
+	s.t.Helper()
+	var line []byte
+	for {
+		if !s.in.Scan() {
+			s.t.Fatalf("peer gone: %v", s.in.Err())
+		}
+		// The child's test framework prints a line or two first.
+		if line = s.in.Bytes(); len(line) > 0 && (line[0] == '{' || line[0] == '"') {
+			break
+		}
+	}
+	if err := json.Unmarshal(line, v); err != nil {
+		s.t.Fatalf("peer said %q: %v", line, err)
+	}
+}
+
+// request runs the requester's operations against peer and checks
+// what comes back.
+func (s *interSide) request(peer interInfo, peerRole string) {
+	t := s.t
+	t.Helper()
+	mr := s.mr
+	wrs := []verbs.SendWR{
+		{ID: 1, Opcode: verbs.OpWrite, Flags: verbs.SendSignaled, SGL: []verbs.SGE{mr.SGE(offSrc, lenBig)}, RemoteAddr: peer.Addr + offW, RKey: peer.RKey},
+		{ID: 2, Opcode: verbs.OpWriteWithImm, Flags: verbs.SendSignaled, SGL: []verbs.SGE{mr.SGE(offSrc, lenWI)}, RemoteAddr: peer.Addr + offWI, RKey: peer.RKey, Imm: immWI},
+		{ID: 3, Opcode: verbs.OpSendWithImm, Flags: verbs.SendSignaled, SGL: []verbs.SGE{mr.SGE(offSrc, lenSend)}, Imm: immSend},
+		{ID: 4, Opcode: verbs.OpRead, Flags: verbs.SendSignaled, SGL: []verbs.SGE{mr.SGE(offRD, lenBig)}, RemoteAddr: peer.Addr + offR, RKey: peer.RKey},
+		{ID: 5, Opcode: verbs.OpCompareAndSwap, Flags: verbs.SendSignaled, SGL: []verbs.SGE{mr.SGE(offRes, 8)}, RemoteAddr: peer.Addr + offAtom, RKey: peer.RKey, CompareAdd: 5, Swap: 7},
+		{ID: 6, Opcode: verbs.OpFetchAndAdd, Flags: verbs.SendSignaled, SGL: []verbs.SGE{mr.SGE(offRes+8, 8)}, RemoteAddr: peer.Addr + offAtom, RKey: peer.RKey, CompareAdd: 3},
+	}
+	for i := range wrs {
+		if err := s.qp.PostSend(wrs[i : i+1]); err != nil {
+			t.Fatalf("post %d: %v", wrs[i].ID, err)
+		}
+	}
+	wcs := s.wait(s.scq, len(wrs), 30*time.Second)
+	for i, wc := range wcs {
+		if wc.WRID != uint64(i+1) {
+			t.Fatalf("completion %d is of wr %d", i, wc.WRID)
+		}
+	}
+	want := make([]byte, lenBig)
+	fill(want, seedOf(peerRole, 2))
+	sameBytes(t, s.role+" read from "+peerRole, mr.Bytes()[offRD:offRD+lenBig], want)
+	if v := getU64(mr.Bytes()[offRes:]); v != 5 {
+		t.Fatalf("%s: compare-and-swap prior value %d, want 5", s.role, v)
+	}
+	if v := getU64(mr.Bytes()[offRes+8:]); v != 7 {
+		t.Fatalf("%s: fetch-and-add prior value %d, want 7", s.role, v)
+	}
+}
+
+// serve checks what the peer's requests left here.
+func (s *interSide) serve(peerRole string) {
+	t := s.t
+	t.Helper()
+	b := s.mr.Bytes()
+	wcs := s.wait(s.rcq, 2, 30*time.Second)
+	want := make([]byte, lenBig)
+	fill(want, seedOf(peerRole, 1))
+	sameBytes(t, s.role+": written by "+peerRole, b[offW:offW+lenBig], want)
+	sameBytes(t, s.role+": written with immediate by "+peerRole, b[offWI:offWI+lenWI], want[:lenWI])
+	if wc := wcs[0]; wc.Opcode != verbs.WCRecvWriteWithImm || wc.Flags&verbs.WCWithImm == 0 || wc.Imm != immWI {
+		t.Fatalf("%s: first receive %+v, want RECV_RDMA_WITH_IMM imm %#x", s.role, wc, immWI)
+	}
+	if wc := wcs[1]; wc.Opcode != verbs.WCRecv || wc.Flags&verbs.WCWithImm == 0 || wc.Imm != immSend || wc.ByteLen != lenSend {
+		t.Fatalf("%s: second receive %+v, want RECV of %d bytes imm %#x", s.role, wc, lenSend, immSend)
+	}
+	recvd := b[offRecv+(32<<10) : offRecv+(32<<10)+lenSend]
+	if wcs[1].WRID == 100 {
+		recvd = b[offRecv : offRecv+lenSend]
+	}
+	sameBytes(t, s.role+": sent by "+peerRole, recvd, want[:lenSend])
+	if v := getU64(b[offAtom:]); v != 10 {
+		t.Fatalf("%s: atomic word %d after compare-and-swap 5->7 and add 3, want 10", s.role, v)
+	}
+}
+
+func interopConfig(t *testing.T) map[string]string {
+	s := os.Getenv("RDMAKIT_ROCE_INTEROP")
+	if s == "" {
+		t.Skip("RDMAKIT_ROCE_INTEROP not set: runs in the test VM with rxe (test/vm/guest/roce.sh)")
+	}
+	m := map[string]string{}
+	for _, f := range strings.Fields(s) {
+		k, v, _ := strings.Cut(f, "=")
+		m[k] = v
+	}
+	return m
+}
+
+func mtuOf(t *testing.T, s string) verbs.MTU {
+	n, _ := strconv.Atoi(s)
+	for m := verbs.MTU256; m <= verbs.MTU4096; m++ {
+		if m.Bytes() == n {
+			return m
+		}
+	}
+	t.Fatalf("mtu %q", s)
+	return 0
+}
+
+func connectTo(t *testing.T, s *side, peer interInfo, mtu verbs.MTU) {
+	ip := net.ParseIP(peer.IP)
+	if err := s.qp.Modify(verbs.QPAttr{State: verbs.QPRTR, PathMTU: mtu, DestQPN: peer.QPN, RQPSN: peer.PSN,
+		AH: verbs.AddressHandle{GID: ip}, MinRNRTimer: 12, MaxDestRdAtomic: 16}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.qp.Modify(verbs.QPAttr{State: verbs.QPRTS, SQPSN: s.psn, Timeout: 14, RetryCount: 7, RNRRetry: 7, MaxRdAtomic: 16}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestInteropRXE is the rxe side (root namespace) and starts the roce side.
+func TestInteropRXE(t *testing.T) {
+	if os.Getenv("RDMAKIT_ROCE_INTEROP_CHILD") != "" {
+		t.Skip("child")
+	}
+	cfg := interopConfig(t)
+	ctx, err := verbs.Open(cfg["rxe"], verbs.Options{})
+	if err != nil {
+		t.Fatalf("open %s: %v", cfg["rxe"], err)
+	}
+	defer ctx.Close()
+	s := &interSide{side: newSide(t, ctx, interMR), role: "rxe"}
+	cmd := exec.Command("ip", "netns", "exec", cfg["ns"], os.Args[0], "-test.run=^TestInteropRoCE$", "-test.v")
+	cmd.Env = append(os.Environ(), "RDMAKIT_ROCE_INTEROP_CHILD=1", EnvIfaces+"="+cfg["iface"], EnvAddr+"="+cfg["ip"])
+	cmd.Stderr = os.Stderr
+	w, _ := cmd.StdinPipe()
+	r, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		w.Close()
+		if err := cmd.Wait(); err != nil {
+			t.Errorf("roce side: %v", err)
+		}
+	}()
+	s.in, s.out = bufio.NewScanner(r), w
+	var peer interInfo
+	s.recv(&peer)
+	s.send(interInfo{QPN: s.qp.Num(), PSN: s.psn, RKey: s.mr.RKey(), Addr: s.mr.Addr(), IP: cfg["peer"]})
+	connectTo(t, s.side, peer, mtuOf(t, cfg["mtu"]))
+	var msg string
+	s.recv(&msg) // the roce side is connected
+	rounds := roundsOf(cfg)
+	for round := 0; round < rounds; round++ {
+		s.prepare()
+		s.recv(&msg) // the roce side is prepared
+		// rxe requests, roce serves.
+		s.request(peer, "roce")
+		s.send("served?")
+		s.recv(&msg)
+		if msg != "ok" {
+			t.Fatalf("roce side as responder: %s", msg)
+		}
+		// roce requests, rxe serves.
+		s.send("request")
+		s.recv(&msg)
+		if msg != "ok" {
+			t.Fatalf("roce side as requester: %s", msg)
+		}
+		s.serve("roce")
+	}
+	t.Logf("%d rounds: rxe -> roce and roce -> rxe: Write, Write with immediate, Send with immediate, Read, compare-and-swap, fetch-and-add: ok", rounds)
+	s.send("bye")
+}
+
+// roundsOf is how many times the exchange runs (rounds=N, default 1).
+func roundsOf(cfg map[string]string) int {
+	if n, err := strconv.Atoi(cfg["rounds"]); err == nil && n > 0 {
+		return n
+	}
+	return 1
+}
+
+// TestInteropRoCE is the roce side, run by TestInteropRXE in the other
+// namespace; it speaks JSON lines on stdin/stdout and logs to stderr.
+func TestInteropRoCE(t *testing.T) {
+	if os.Getenv("RDMAKIT_ROCE_INTEROP_CHILD") == "" {
+		t.Skip("run by TestInteropRXE")
+	}
+	cfg := interopConfig(t)
+	if cfg["lossy"] != "" {
+		// Loss, duplication and reordering at this side's socket, both
+		// ways: what it sends through the test filter, what arrives
+		// dropped at the same rate.
+		l := &lossy{rng: rand.New(rand.NewPCG(5, 6)), drop: 0.05, dup: 0.02, reorder: 0.02}
+		testFilter = l.filter
+		var mu sync.Mutex
+		rng := rand.New(rand.NewPCG(7, 8))
+		testDropRx = func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return rng.Float64() < 0.05
+		}
+		defer func() {
+			testFilter, testDropRx = nil, nil
+			l.mu.Lock()
+			fmt.Fprintf(os.Stderr, "lossy socket: sent %d dropped, %d duplicated, %d reordered\n", l.dropped, l.duplicated, l.reordered)
+			l.mu.Unlock()
+		}()
+	}
+	ctx, err := verbs.Open("roce0", verbs.Options{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "open roce0:", err)
+		t.Fatal(err)
+	}
+	defer ctx.Close()
+	out := os.Stdout
+	os.Stdout = os.Stderr // test output must not mix with the protocol
+	s := &interSide{side: newSide(t, ctx, interMR), role: "roce", in: bufio.NewScanner(os.Stdin), out: out}
+	s.send(interInfo{QPN: s.qp.Num(), PSN: s.psn, RKey: s.mr.RKey(), Addr: s.mr.Addr(), IP: cfg["ip"]})
+	var peer interInfo
+	s.recv(&peer)
+	connectTo(t, s.side, peer, mtuOf(t, cfg["mtu"]))
+	s.send("connected")
+	var msg string
+	for round := 0; round < roundsOf(cfg); round++ {
+		s.prepare()
+		s.send("prepared")
+		s.recv(&msg)
+		s.serve("rxe")
+		s.send("ok")
+		s.recv(&msg)
+		s.request(peer, "rxe")
+		s.send("ok")
+	}
+	s.recv(&msg)
+	st, _ := Stats(ctx)
+	fmt.Fprintf(os.Stderr, "roce side counters: %+v\n", st)
+}
