@@ -81,6 +81,31 @@ func TestPerfLoopback(t *testing.T) {
 	}
 }
 
+// TestPerfLoopbackRoCE: `perf --loopback -d roceN` works as it is: the
+// server child binds a port of the system's choosing, not the client's
+// 4791.
+func TestPerfLoopbackRoCE(t *testing.T) {
+	t.Setenv("RDMAKIT_ROCE_IFACES", "lo")
+	t.Setenv("RDMAKIT_ROCE_ADDR", "")
+	os.Unsetenv("RDMAKIT_ROCE_ADDR")
+	for _, args := range [][]string{
+		{"perf", "write_bw", "--loopback", "-n", "300", "-d", "roce0"},
+		{"perf", "read_lat", "--loopback", "-n", "100", "-d", "roce0"},
+	} {
+		// The client binds 127.0.0.1:4791 (the default): another test run
+		// on this host may hold it.
+		if c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 4791}); err != nil {
+			t.Skipf("SKIP (loud): 127.0.0.1:4791 is taken on this host (another RoCE endpoint or test run): %v", err)
+		} else {
+			c.Close()
+		}
+		out, errOut, code := rdmakit(t, args...)
+		if code != 0 || errOut != "" || !strings.Contains(out, " #bytes ") {
+			t.Errorf("%q: exit %d, stderr %q\n%s", args, code, errOut, out)
+		}
+	}
+}
+
 func TestPerfErrors(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -26,6 +26,10 @@ import (
 	"github.com/rdmakit/rdmakit/internal/sys"
 )
 
+// roceAddrEnv is transport/roce's RDMAKIT_ROCE_ADDR (where a roce
+// context binds; ":0": the device's address, a port the system chooses).
+const roceAddrEnv = "RDMAKIT_ROCE_ADDR"
+
 // childGrace is how long the server child may take to exit after the
 // client finished (it exits right after DONE).
 const childGrace = 5 * time.Second
@@ -83,6 +87,12 @@ func runLoopback(ctx context.Context, o Options, env Env) error {
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	cmd.ExtraFiles = []*os.File{lf}
 	cmd.Env = append(cmd.Environ(), fmt.Sprintf("%s=%d", ListenFDEnv, 3))
+	if _, set := os.LookupEnv(roceAddrEnv); !set {
+		// Both processes would bind the device's address at port 4791;
+		// the server takes a port the system chooses (its QPs' addresses
+		// carry it to the client).
+		cmd.Env = append(cmd.Env, roceAddrEnv+"=:0")
+	}
 	sys.ChildDiesWithParent(cmd)
 	sys.StartInNewProcessGroup(cmd)
 	err = cmd.Start()

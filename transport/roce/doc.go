@@ -14,14 +14,15 @@
 // MTU carries.
 //
 // A context binds a UDP socket to one address of its device:
-// RDMAKIT_ROCE_ADDR ("ip" or "ip:port") if set, else the
-// device's first IPv4 (or global IPv6) address, port 4791. The ICRC
-// covers the IP addresses, so a wildcard address is refused. Contexts
-// bound to the same address share the socket. Only one program can bind
-// 4791 on an address: two rdmakit processes on one host use two
-// addresses (127.0.0.1 and 127.0.0.2 on the loopback interface) or
-// network namespaces, or rdmakit-only ports (the port travels in
-// QP.Address); with the kernel's rxe on the same interface, bind another
+// RDMAKIT_ROCE_ADDR ("ip", "ip:port", or ":port" for the device's own
+// address) if set, else the device's first IPv4 (or global IPv6) address,
+// port 4791. The ICRC covers the IP addresses, so a wildcard address is
+// refused. Contexts bound to the same address and port share the socket.
+// Only one program can bind 4791 on an address: two rdmakit processes on
+// one host use two addresses (127.0.0.1 and 127.0.0.2 on the loopback
+// interface) or network namespaces, or rdmakit-only ports (the port
+// travels in QP.Address; RDMAKIT_ROCE_ADDR=:0 lets the system choose one
+// per context); with the kernel's rxe on the same interface, bind another
 // address or put rdmakit in its own namespace. Only the peer's port 4791
 // reaches an rxe or RoCE NIC peer.
 //

@@ -30,10 +30,11 @@ const (
 	// EnvIfaces lists the interfaces that get a device ("eth0,lo");
 	// default: every interface that is up and has an address.
 	EnvIfaces = "RDMAKIT_ROCE_IFACES"
-	// EnvAddr is the address ("ip" or "ip:port") a context's UDP socket
-	// binds; default: the device's first IPv4 address (else its first
-	// global IPv6 one), port 4791. (Options.ListenAddr is the tcp
-	// transport's.)
+	// EnvAddr is the address ("ip", "ip:port", or ":port" for the
+	// device's address) a context's UDP socket binds; default: the
+	// device's first IPv4 address (else its first global IPv6 one), port
+	// 4791. Port 0 lets the system choose (rdmakit peers only: the port
+	// travels in QP.Address). (Options.ListenAddr is the tcp transport's.)
 	EnvAddr = "RDMAKIT_ROCE_ADDR"
 )
 
@@ -196,9 +197,19 @@ func (driver) Open(dev verbs.DeviceInfo, opts vdriver.Options, ctx *soft.Context
 
 // bindAddr is where a context of dev binds: s (RDMAKIT_ROCE_ADDR) if
 // set, else the device's first IPv4 (else global IPv6) address; port 4791
-// unless given.
+// unless given. ":port" is the device's address with that port (":0":
+// one the system chooses, so that several rdmakit programs share an
+// address; only rdmakit peers reach it).
 func bindAddr(s string, dev verbs.DeviceInfo) (netip.AddrPort, error) {
 	const src = EnvAddr
+	if p, ok := strings.CutPrefix(s, ":"); ok && !strings.HasPrefix(p, ":") {
+		port, err := strconv.ParseUint(p, 10, 16)
+		if err != nil {
+			return netip.AddrPort{}, fmt.Errorf("%w: %s=%q: want ip, ip:port or :port", verbs.ErrInvalidArgument, src, s)
+		}
+		ap, err := bindAddr("", dev)
+		return netip.AddrPortFrom(ap.Addr(), uint16(port)), err
+	}
 	if s == "" {
 		var v6 netip.Addr
 		for _, g := range dev.Ports[0].GIDs {
@@ -216,17 +227,18 @@ func bindAddr(s string, dev verbs.DeviceInfo) (netip.AddrPort, error) {
 		}
 		return netip.AddrPortFrom(v6, header.UDPPort), nil
 	}
-	if ap, err := netip.ParseAddrPort(s); err == nil {
-		return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()), nil
-	}
-	a, err := netip.ParseAddr(s)
+	ap, err := netip.ParseAddrPort(s)
 	if err != nil {
-		return netip.AddrPort{}, fmt.Errorf("%w: %s=%q: want ip or ip:port", verbs.ErrInvalidArgument, src, s)
+		a, err := netip.ParseAddr(s)
+		if err != nil {
+			return netip.AddrPort{}, fmt.Errorf("%w: %s=%q: want ip, ip:port or :port", verbs.ErrInvalidArgument, src, s)
+		}
+		ap = netip.AddrPortFrom(a, header.UDPPort)
 	}
-	if a.IsUnspecified() {
+	if ap.Addr().IsUnspecified() {
 		return netip.AddrPort{}, fmt.Errorf("%w: %s=%q: roce binds one address (the ICRC covers it), not a wildcard", verbs.ErrInvalidArgument, src, s)
 	}
-	return netip.AddrPortFrom(a.Unmap(), header.UDPPort), nil
+	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()), nil
 }
 
 // ctxDriver is a context's view of its device's endpoint.
