@@ -149,8 +149,8 @@ func waitStopped(t *testing.T, pid int) {
 
 // startChild starts a child node and waits until it is ready; the test's
 // cleanup ends it (closing its standard input) and reaps it.
-func startChild(t *testing.T, meta, name, dev string, size int) *os.Process {
-	cmd := reexec.Command("transfer-node", []string{meta, name, dev, strconv.Itoa(size)})
+func startChild(t *testing.T, meta, name, dev string, size int, env ...string) *os.Process {
+	cmd := reexec.Command("transfer-node", []string{meta, name, dev, strconv.Itoa(size)}, env...)
 	in, _ := cmd.StdinPipe()
 	out, _ := cmd.StdoutPipe()
 	cmd.Stderr = os.Stderr

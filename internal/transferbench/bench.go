@@ -82,7 +82,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&c.metadata, "metadata", "", "metadata address of the target node (bench; empty: start a target here)")
 	fs.StringVar(&c.listen, "listen", "127.0.0.1:0", "the node's listen address (target: where its metadata service listens)")
 	fs.StringVar(&c.segment, "segment", "bench", "the target's segment name")
-	fs.StringVar(&c.device, "device", "", "the device to use: shm0, tcp0, an RDMA NIC (default: chosen per peer)")
+	fs.StringVar(&c.device, "device", "", "the device to use: shm0, tcp0, roceN (software RoCEv2), an RDMA NIC (default: chosen per peer)")
 	fs.StringVar(&c.op, "op", "read", "read or write")
 	fs.IntVar(&c.blockSize, "block-size", 65536, "bytes per request")
 	fs.IntVar(&c.batchSize, "batch-size", 128, "requests per batch")
