@@ -30,8 +30,10 @@ type Options struct {
 	// the tree algorithms. RDMAKIT_COLL_TREE_THRESHOLD; default 64 KiB.
 	TreeThreshold int
 	// Transport forces the transport between all ranks, even ranks of
-	// one host: "shm" (same host only), "tcp" or "ibverbs" (RDMA devices;
-	// the program must be built with -tags ibverbs).
+	// one host: "shm" (same host only), "tcp", "roce" (software RoCEv2,
+	// transport/roce; ranks of one host need their own address or port,
+	// RDMAKIT_ROCE_ADDR=:0) or "ibverbs" (RDMA devices; the program must
+	// be built with -tags ibverbs).
 	// RDMAKIT_COLL_TRANSPORT; default "auto": the same-host device (shm0)
 	// between ranks of one host, the best network device both ranks have
 	// between hosts (an RDMA device with an active port, else tcp0). See
@@ -144,9 +146,9 @@ func (o Options) resolve() (Options, error) {
 	switch o.Transport {
 	case "", "auto":
 		o.Transport = "auto"
-	case "shm", "tcp", rdmaTransport:
+	case "shm", "tcp", roceTransport, rdmaTransport:
 	default:
-		return o, fmt.Errorf("%w: transport %q (auto, shm, tcp or ibverbs)", ErrInvalidArgument, o.Transport)
+		return o, fmt.Errorf("%w: transport %q (auto, shm, tcp, roce or ibverbs)", ErrInvalidArgument, o.Transport)
 	}
 	if o.HCA == "" {
 		if o.HCA = os.Getenv(EnvHCA); o.HCA == "" {

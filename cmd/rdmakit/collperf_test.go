@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os"
 	"strings"
 	"testing"
 )
@@ -58,5 +59,26 @@ func TestCollPerfUsage(t *testing.T) {
 	}
 	if _, _, code := rdmakit(t, "coll-perf", "all_reduce", "-b", "2M", "-e", "1M"); code != 2 {
 		t.Errorf("bad range: exit %d", code)
+	}
+}
+
+// TestCollPerfRoCE: --transport roce between local rank processes on the
+// loopback interface's roce device (each rank on a port of the system's
+// choosing, which coll-perf sets for the ranks it starts).
+func TestCollPerfRoCE(t *testing.T) {
+	t.Setenv("RDMAKIT_ROCE_IFACES", "lo")
+	t.Setenv("RDMAKIT_ROCE_ADDR", "")
+	os.Unsetenv("RDMAKIT_ROCE_ADDR")
+	for _, args := range [][]string{
+		{"all_reduce", "-b", "8", "-e", "1M", "-f", "128", "-n", "3", "--ranks", "3", "--transport", "roce"},
+		{"all_gather", "-b", "1K", "-e", "64K", "-f", "64", "-n", "2", "--ranks", "2", "--transport", "roce"},
+	} {
+		out, errOut, code := rdmakit(t, append([]string{"coll-perf"}, args...)...)
+		if code != 0 || !strings.Contains(out, "# Out of bounds values : 0 OK") {
+			t.Errorf("%q: exit %d:\n%s\n%s", args, code, out, errOut)
+		}
+		if !strings.Contains(out, "roce port 1") {
+			t.Errorf("%q: the ranks did not use roce:\n%s", args, out)
+		}
 	}
 }

@@ -41,6 +41,7 @@ import (
 	"github.com/rdmakit/rdmakit/coll"
 	"github.com/rdmakit/rdmakit/internal/cli"
 	"github.com/rdmakit/rdmakit/internal/reexec"
+	"github.com/rdmakit/rdmakit/transport/roce"
 )
 
 // Summary is the one-line description of the command.
@@ -204,6 +205,11 @@ func collLaunchRanks(n int, cmdline []string) int {
 	for i := range cmds {
 		cmd := reexec.Command("rdmakit", cmdline, envChild+"=1",
 			coll.EnvID+"="+id.String(), coll.EnvRank+"="+strconv.Itoa(i), coll.EnvNRanks+"="+strconv.Itoa(n))
+		if _, set := os.LookupEnv(roce.EnvAddr); !set {
+			// Over roce, each local rank binds the device's address on a
+			// port of the system's choosing (4791 fits one process).
+			cmd.Env = append(cmd.Env, roce.EnvAddr+"=:0")
+		}
 		if i == 0 {
 			cmd.Stdout = os.Stdout
 		}

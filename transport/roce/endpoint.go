@@ -181,7 +181,7 @@ func listenUDP(bind netip.AddrPort, gro bool) (*net.UDPConn, syscall.RawConn, er
 	}
 	c, err := net.ListenUDP(network, net.UDPAddrFromAddrPort(bind))
 	if err != nil {
-		return nil, nil, fmt.Errorf("roce: binding %s (%s; another RoCE endpoint on this address, e.g. the kernel's rxe, holds the port): %w", bind, EnvAddr, err)
+		return nil, nil, fmt.Errorf("roce: binding %s (%s; another RoCE endpoint on this address, e.g. the kernel's rxe, holds the port; %s=:0 binds a free port, which rdmakit peers reach): %w", bind, EnvAddr, EnvAddr, err)
 	}
 	raw, err := c.SyscallConn()
 	if err != nil {
