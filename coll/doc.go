@@ -43,9 +43,12 @@
 //     tcp0 (transport/tcp), with the peer's IP address as the bootstrap
 //     saw it.
 //
-// RDMAKIT_COLL_TRANSPORT=shm|tcp|ibverbs (or Options.Transport) forces
-// one transport between every pair, ranks of one host included: ibverbs
-// then runs collectives over the RDMA device even within a host.
+// RDMAKIT_COLL_TRANSPORT=shm|tcp|roce|ibverbs (or Options.Transport)
+// forces one transport between every pair, ranks of one host included:
+// ibverbs then runs collectives over the RDMA device even within a host.
+// roce (software RoCEv2, transport/roce) is never preferred to tcp by
+// auto; forced, ranks of one host in separate processes need their own
+// address or port (RDMAKIT_ROCE_ADDR=:0).
 // RDMAKIT_COLL_HCA (or NCCL_IB_HCA, in its syntax: "mlx5_0", "mlx5_0:1",
 // "=mlx5_0", "^mlx5_1", comma lists) picks RDMA devices and ports; the
 // first usable one in the device list is used. RDMAKIT_COLL_GID_INDEX (or
@@ -124,7 +127,7 @@
 //	RDMAKIT_COLL_BOOTSTRAP_TIMEOUT  forming the communicator, and Close (default 2m)
 //	RDMAKIT_COLL_ALGO            ring | tree | auto
 //	RDMAKIT_COLL_TREE_THRESHOLD  bytes below which auto picks tree (default 64K)
-//	RDMAKIT_COLL_TRANSPORT       shm | tcp | ibverbs | auto
+//	RDMAKIT_COLL_TRANSPORT       shm | tcp | roce | ibverbs | auto
 //	RDMAKIT_COLL_HCA             RDMA devices[:port] (NCCL_IB_HCA syntax; NCCL_IB_HCA is read too)
 //	RDMAKIT_COLL_GID_INDEX       RoCE GID index | auto (NCCL_IB_GID_INDEX is read too)
 //	RDMAKIT_COLL_CHANNELS        QPs per peer (default 2)

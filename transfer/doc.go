@@ -3,7 +3,8 @@
 // metadata table, and any node moves bytes between its own memory and any
 // segment with batches of one-sided RDMA Reads and Writes, over whichever
 // device reaches the segment's node (shm0 on the same host, tcp0 or an
-// RDMA NIC elsewhere).
+// RDMA NIC elsewhere; software RoCEv2, roceN, when Config.Devices names
+// it).
 //
 //	n, err := transfer.New(ctx, transfer.Config{Name: "a", Secret: secret})          // serves the table
 //	m, err := transfer.New(ctx, transfer.Config{Name: "b", Secret: secret, MetadataAddr: n.Addr()})
