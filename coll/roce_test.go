@@ -3,6 +3,7 @@ package coll
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -64,6 +65,9 @@ func TestPlanDevicesRoCE(t *testing.T) {
 // loopback interface's roce device, each rank's context on its own port
 // (RDMAKIT_ROCE_ADDR=:0), forced by RDMAKIT_COLL_TRANSPORT.
 func TestCommRoCE(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("SKIP (loud): transport/roce has devices on Linux only")
+	}
 	t.Setenv(roce.EnvIfaces, "lo")
 	t.Setenv(roce.EnvAddr, ":0")
 	t.Setenv(EnvTransport, "roce")
