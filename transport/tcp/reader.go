@@ -141,16 +141,50 @@ func (l *link) awaitOutput() error {
 	return nil
 }
 
-// read reads into b what is there, or else flushes what is owed and waits.
+// Busy polling (Options.TCPBusyPoll): a reader with nothing to read keeps
+// trying non-blocking reads for up to busyPoll before it parks in the
+// network poller, so that a message arriving soon after the last one is
+// handled without a thread wake-up (tens of microseconds on a busy host,
+// more than the whole round trip). Every empty attempt is followed by a
+// sched_yield, which lets other runnable threads (the application's
+// spinning poller, the peer process) have the core: on a host with fewer
+// cores than spinners, yielding less often measured slower (2-core host:
+// send_lat 8 B 23 µs yielding every attempt, 29 µs every 8th, 45 µs every
+// 64th). The clock is read every clockEvery attempts.
+const clockEvery = 8
+
+// read reads into b what is there, or else flushes what is owed, polls
+// for up to busyPoll, and waits.
 func (l *link) read(b []byte) (int, error) {
-	l.tryBuf, l.tryN, l.tryErr = b, 0, nil
-	if err := l.raw.Read(l.readFn); err == nil && l.tryErr == nil && l.tryN > 0 {
-		l.tryBuf = nil
-		return l.tryN, nil
+	if n, ok := l.tryRead(b); ok {
+		return n, nil
 	}
-	l.tryBuf = nil
 	l.flushOwed()
+	if l.busyPoll > 0 {
+		deadline := time.Now().Add(l.busyPoll)
+		for i := 1; ; i++ {
+			if n, ok := l.tryRead(b); ok {
+				return n, nil
+			}
+			if i%clockEvery == 0 && !time.Now().Before(deadline) {
+				break
+			}
+			sys.Yield()
+		}
+	}
 	return l.conn.Read(b)
+}
+
+// tryRead is one non-blocking read into b; ok when it read something (an
+// error or end of stream is left to the blocking read that follows).
+func (l *link) tryRead(b []byte) (int, bool) {
+	l.tryBuf, l.tryN, l.tryErr = b, 0, nil
+	err := l.raw.Read(l.readFn)
+	l.tryBuf = nil
+	if err == nil && l.tryErr == nil && l.tryN > 0 {
+		return l.tryN, true
+	}
+	return 0, false
 }
 
 // rawRead is the syscall.RawConn callback of read: one attempt, no wait.
@@ -203,13 +237,16 @@ func (l *link) readPinned(dst []byte, tab keytab.Table, pin keytab.Pin) (int, er
 
 // readDirectPinned is one read from the socket straight into seg under
 // pin: a non-blocking attempt; if nothing is there, what is owed is
-// flushed and the reader waits for input with no buffer given to the
-// kernel, checking the key again before each attempt.
+// flushed, the reader polls for up to busyPoll, and then waits for input
+// with no buffer given to the kernel, checking the key again before each
+// attempt.
 func (l *link) readDirectPinned(seg []byte, tab keytab.Table, pin keytab.Pin) (int, error) {
 	l.tryBuf, l.ptab, l.pin = seg, tab, pin
 	defer func() { l.tryBuf, l.ptab, l.pin = nil, keytab.Table{}, keytab.Pin{} }()
-	for wait := false; ; wait = true {
-		l.tryN, l.tryErr, l.pinWait, l.pinLost = 0, nil, wait, false
+	var deadline time.Time
+	spinning := false
+	for try := 0; ; try++ {
+		l.tryN, l.tryErr, l.pinWait, l.pinLost = 0, nil, try > 0 && !spinning, false
 		if err := l.raw.Read(l.readPinFn); err != nil {
 			return 0, err
 		}
@@ -217,7 +254,20 @@ func (l *link) readDirectPinned(seg []byte, tab keytab.Table, pin keytab.Pin) (i
 		case l.pinLost:
 			return 0, errDeregistered
 		case l.tryErr == sys.ErrAgain:
-			l.flushOwed()
+			// Nothing there: flush what is owed, poll for up to busyPoll
+			// as read does, then wait.
+			if try == 0 {
+				l.flushOwed()
+				if l.busyPoll > 0 {
+					deadline, spinning = time.Now().Add(l.busyPoll), true
+				}
+			} else if try%clockEvery == 0 && !time.Now().Before(deadline) {
+				spinning = false
+				continue
+			}
+			if spinning {
+				sys.Yield()
+			}
 			continue
 		case l.tryErr != nil:
 			return 0, l.tryErr
