@@ -57,6 +57,9 @@ type Comm struct {
 	op       opState
 	bounceIn region
 	bounceOu region
+	// foldIn and scratch serve foldRanks (direct.go).
+	foldIn  [][]byte
+	scratch []byte
 
 	// memMu guards regions.
 	memMu   sync.Mutex
@@ -274,6 +277,13 @@ func (c *Comm) Close() error {
 	}
 	c.opMu.Lock()
 	defer c.opMu.Unlock()
+	if c.Err() == nil {
+		// Everything we wrote lands before our bye can reach anyone: a
+		// peer still waiting for our last messages gets them, rather
+		// than seeing us gone first (the bye travels on another
+		// connection and would overtake data queued on tcp).
+		c.settle()
+	}
 	c.boot.write(msgBye, nil)
 	if c.Err() == nil {
 		select {

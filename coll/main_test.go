@@ -58,7 +58,7 @@ func childMain(scenarioName string) int {
 	switch scenarioName {
 	case "matrix":
 		sc := scenario{kinds: allKinds, types: []DataType{Uint8, Float16, Int32, Float64}, ops: []RedOp{Sum, Prod, Max, Avg},
-			counts: []int{1, 3, 1001}, algos: []Algorithm{AlgoRing, AlgoTree}, roots: []int{0, 3}}
+			counts: []int{1, 3, 1001}, algos: []Algorithm{AlgoRing, AlgoTree, AlgoDirect}, roots: []int{0, 3}}
 		if err := exercise(ctx, c, sc); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return exitFailed

@@ -22,10 +22,16 @@ type Options struct {
 	// root, all ranks joining, connection setup, and the wait for all
 	// ranks in Close. RDMAKIT_COLL_BOOTSTRAP_TIMEOUT; default 2m.
 	BootstrapTimeout time.Duration
-	// Algorithm forces ring or tree for AllReduce, Broadcast and Reduce.
-	// RDMAKIT_COLL_ALGO (ring, tree, auto); default auto: tree below
-	// TreeThreshold bytes, ring above.
+	// Algorithm forces an algorithm (see Algorithm) for AllReduce,
+	// AllGather, ReduceScatter, Broadcast and Reduce. RDMAKIT_COLL_ALGO,
+	// else NCCL_ALGO when it names one of ring, tree or direct (other
+	// NCCL_ALGO values are ignored); default auto: the tuning table in
+	// tune.go, by collective, size, rank count and transport.
 	Algorithm Algorithm
+	// Protocol forces the small-message protocol (see Protocol).
+	// RDMAKIT_COLL_PROTO, else NCCL_PROTO when it names LL, LL128 or
+	// Simple; default auto (LL where it applies).
+	Protocol Protocol
 	// TreeThreshold is the message size (bytes) below which auto picks
 	// the tree algorithms. RDMAKIT_COLL_TREE_THRESHOLD; default 64 KiB.
 	TreeThreshold int
@@ -94,6 +100,9 @@ const (
 	EnvTimeout          = "RDMAKIT_COLL_TIMEOUT"
 	EnvBootstrapTimeout = "RDMAKIT_COLL_BOOTSTRAP_TIMEOUT"
 	EnvAlgo             = "RDMAKIT_COLL_ALGO"
+	EnvProto            = "RDMAKIT_COLL_PROTO"
+	EnvNCCLAlgo         = "NCCL_ALGO"
+	EnvNCCLProto        = "NCCL_PROTO"
 	EnvTreeThreshold    = "RDMAKIT_COLL_TREE_THRESHOLD"
 	EnvTransport        = "RDMAKIT_COLL_TRANSPORT"
 	EnvChannels         = "RDMAKIT_COLL_CHANNELS"
@@ -133,10 +142,24 @@ func (o Options) resolve() (Options, error) {
 			if o.Algorithm, err = ParseAlgorithm(s); err != nil {
 				return o, fmt.Errorf("%s: %w", EnvAlgo, err)
 			}
+		} else if a, err := ParseAlgorithm(os.Getenv(EnvNCCLAlgo)); err == nil {
+			o.Algorithm = a // NCCL's lists and GPU-only names: auto
 		}
 	}
-	if o.Algorithm > AlgoTree {
+	if o.Algorithm > AlgoDirect {
 		return o, fmt.Errorf("%w: algorithm %d", ErrInvalidArgument, o.Algorithm)
+	}
+	if o.Protocol == ProtoAuto {
+		if s := os.Getenv(EnvProto); s != "" {
+			if o.Protocol, err = ParseProtocol(s); err != nil {
+				return o, fmt.Errorf("%s: %w", EnvProto, err)
+			}
+		} else if p, err := ParseProtocol(os.Getenv(EnvNCCLProto)); err == nil {
+			o.Protocol = p
+		}
+	}
+	if o.Protocol > ProtoSimple {
+		return o, fmt.Errorf("%w: protocol %d", ErrInvalidArgument, o.Protocol)
 	}
 	if o.Transport == "" {
 		o.Transport = strings.ToLower(os.Getenv(EnvTransport))

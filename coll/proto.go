@@ -124,6 +124,32 @@ func (c *Comm) drain() error {
 	return nil
 }
 
+// settle waits until every write posted so far to a peer still here is
+// complete (acknowledged by the peer, its data in place), for at most
+// settleWait; it gives up early if the communicator fails.
+func (c *Comm) settle() {
+	deadline := time.Now().Add(min(settleWait, c.opts.Timeout))
+	for _, ep := range c.eps {
+		if ep.sync {
+			continue
+		}
+		for _, q := range ep.qps {
+			for q.completed < q.posted && !c.gone[q.peer].Load() && c.failed.Load() == nil {
+				n, err := c.poll(ep)
+				if err != nil || !time.Now().Before(deadline) {
+					return
+				}
+				if n == 0 {
+					time.Sleep(time.Microsecond) // see waitWord: lets the reader run
+				}
+			}
+		}
+	}
+}
+
+// settleWait bounds settle.
+const settleWait = 5 * time.Second
+
 // reserve waits for the credit to send the channel's next message.
 func (c *Comm) reserve(ch *channel) error {
 	k := ch.sk
@@ -157,8 +183,10 @@ func (c *Comm) stage(ch *channel) ([]byte, uint32, error) {
 func flagOf(k uint64) uint32 { return uint32(k%0xffffffff) + 1 }
 
 // useLL says whether an n-byte message on ch travels in LL format; both
-// ends decide alike.
-func useLL(ch *channel, n int) bool { return n <= llMax && ch.q.ep.sync }
+// ends decide alike (Options.Protocol is the same on every rank).
+func (c *Comm) useLL(ch *channel, n int) bool {
+	return n <= llMax && ch.q.ep.sync && c.opts.Protocol != ProtoSimple
+}
 
 // post sends src (registered with lkey at its endpoint; may be empty) as
 // the channel's next message. reserve must have succeeded. On tcp, src
@@ -168,7 +196,7 @@ func (c *Comm) post(ch *channel, src []byte, lkey uint32) error {
 	q := ch.q
 	k := ch.sk
 	slot := k % ch.slots
-	if useLL(ch, len(src)) {
+	if c.useLL(ch, len(src)) {
 		return c.postLL(ch, src)
 	}
 	putWord(ch.flagSrc[slot*wordSize:], uint64(flagOf(k))|uint64(c.op.sig)<<32)
@@ -272,7 +300,7 @@ func (c *Comm) sendSmall(ch *channel, b []byte) error {
 	if err := c.reserve(ch); err != nil {
 		return err
 	}
-	if useLL(ch, len(b)) {
+	if c.useLL(ch, len(b)) {
 		return c.postLL(ch, b)
 	}
 	if ch.q.ep.sync || len(b) <= ch.inline {
@@ -299,7 +327,7 @@ func (c *Comm) send(ch *channel, src []byte, lkey uint32) error {
 func (c *Comm) recv(ch *channel, n int) ([]byte, error) {
 	k := ch.rk
 	slot := int(k % ch.slots)
-	if useLL(ch, n) {
+	if c.useLL(ch, n) {
 		return c.recvLL(ch, slot, n)
 	}
 	want := uint64(flagOf(k)) | uint64(c.op.sig)<<32
