@@ -130,7 +130,7 @@ func TestAlgoProtoEnv(t *testing.T) {
 		{algo: "direct", proto: "simple", want: AlgoDirect, wantP: ProtoSimple},
 		{ncclAlgo: "Ring", ncclProto: "LL", want: AlgoRing, wantP: ProtoLL},
 		{ncclAlgo: "Tree,Ring", ncclProto: "^LL128", want: AlgoAuto, wantP: ProtoAuto}, // NCCL lists: auto
-		{algo: "tree", ncclAlgo: "ring", want: AlgoTree},                                 // ours wins
+		{algo: "tree", ncclAlgo: "ring", want: AlgoTree},                               // ours wins
 		{algo: "nvls", bad: true},
 		{proto: "fast", bad: true},
 	} {
