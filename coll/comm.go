@@ -36,6 +36,7 @@ type Comm struct {
 	local        int  // ranks on this host, this one included
 	allSync      bool // every pair of ranks talks over a synchronous endpoint (shm; decided in setup)
 	spinFor      time.Duration
+	spinFirst    int // polls before a wait looks at the clock (proto.go)
 
 	boot   *frameConn
 	root   *root // served by this process for this communicator, or nil
@@ -154,9 +155,10 @@ func newComm(ctx context.Context, addr string, nonce uint64, nranks, rank int, o
 			c.local++
 		}
 	}
-	c.spinFor = 50 * time.Microsecond
+	c.spinFor, c.spinFirst = 50*time.Microsecond, spinFirst
 	if c.local > runtime.NumCPU() {
-		c.spinFor = 2 * time.Microsecond // oversubscribed: let the others run
+		// Oversubscribed: let the others run.
+		c.spinFor, c.spinFirst = 2*time.Microsecond, spinOversub
 	}
 	if err := c.setup(ctx); err != nil {
 		// Tell the others at once rather than letting them time out.

@@ -398,7 +398,7 @@ const relaxIters = 8
 
 // waitLow waits for the low half of a word to read f.
 func (c *Comm) waitLow(mem []byte, off int, f uint32, peer int) error {
-	for i := 0; i < spinFirst; i++ {
+	for i := 0; i < c.spinFirst; i++ {
 		if uint32(sys.Load64(mem, off)) == f {
 			return nil
 		}
@@ -467,8 +467,15 @@ func (c *Comm) ack(ch *channel) error {
 
 // spinFirst is how many times a wait polls before it looks at anything
 // else (clock, context, peers): most waits in a collective end within a
-// microsecond, and each look costs more than a poll.
-const spinFirst = 2048
+// microsecond, and each look costs more than a poll. With more ranks on
+// the host than cores (Comm.spinFirst is spinOversub then) the rank we
+// wait for may not be running at all: a long spin only keeps it off the
+// core (4 ranks on 2 cores: AllGather 4 KiB took 45 µs with 2048 polls,
+// most of it two ranks spinning ~20 µs each before yielding).
+const (
+	spinFirst   = 2048
+	spinOversub = 64
+)
 
 // waitWord spins until the word at off of mem equals want. Flags whose
 // counter half matches but signature half does not are a mismatch, and so
@@ -478,10 +485,10 @@ const spinFirst = 2048
 // context's end or the timeout, and backs off from spinning to yielding
 // the CPU when the wait is long.
 func (c *Comm) waitWord(mem []byte, off int, want uint64, peer int, flag bool, alt []byte, altOff int) error {
-	spin := spinFirst
+	spin := c.spinFirst
 	async := peer >= 0 && c.peers[peer].ep.sleepWait
 	if async {
-		spin = 64
+		spin = min(spin, 64)
 	}
 	for i := 0; i < spin; i++ {
 		v := sys.Load64(mem, off)
