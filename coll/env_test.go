@@ -180,3 +180,38 @@ func TestTuning(t *testing.T) {
 		}
 	}
 }
+
+func TestNCCLSocketChannels(t *testing.T) {
+	t.Setenv(EnvChannels, "")
+	for _, c := range []struct {
+		threads, socks string
+		want           int
+		bad            bool
+	}{
+		{want: defaultChannels},
+		{threads: "2", socks: "4", want: 8},
+		{socks: "3", want: 3},
+		{threads: "8", socks: "4", want: maxChannels}, // capped
+		{threads: "0", bad: true},
+		{socks: "x", bad: true},
+	} {
+		t.Setenv(EnvNCCLSocketThreads, c.threads)
+		t.Setenv(EnvNCCLNSocks, c.socks)
+		o, err := Options{}.resolve()
+		if c.bad {
+			if !errors.Is(err, ErrInvalidArgument) {
+				t.Errorf("%+v: %v", c, err)
+			}
+			continue
+		}
+		if err != nil || o.Channels != c.want {
+			t.Errorf("%+v: channels %d, %v", c, o.Channels, err)
+		}
+	}
+	// RDMAKIT_COLL_CHANNELS wins.
+	t.Setenv(EnvNCCLSocketThreads, "4")
+	t.Setenv(EnvChannels, "1")
+	if o, err := (Options{}).resolve(); err != nil || o.Channels != 1 {
+		t.Errorf("RDMAKIT_COLL_CHANNELS=1 with NCCL_SOCKET_NTHREADS=4: %d, %v", o.Channels, err)
+	}
+}

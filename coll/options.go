@@ -59,7 +59,10 @@ type Options struct {
 	// IPv4-mapped RoCE v2 GID matching the peer's (see transport/ibverbs).
 	GIDIndex string
 	// Channels is the number of QP pairs to each peer over which large
-	// messages are striped. RDMAKIT_COLL_CHANNELS; default 2.
+	// messages are striped (over tcp, each is its own TCP connection).
+	// RDMAKIT_COLL_CHANNELS, else NCCL_SOCKET_NTHREADS ×
+	// NCCL_NSOCKS_PERTHREAD when either is set (an unset one counts 1);
+	// default 2; at most 16.
 	Channels int
 	// ChunkSize is the size of one pipelined message (and of a slot of a
 	// receive FIFO). RDMAKIT_COLL_CHUNK (bytes, K/M suffixes); default
@@ -110,10 +113,14 @@ const (
 	EnvSlots            = "RDMAKIT_COLL_SLOTS"
 	// EnvHCA and EnvGIDIndex select the RDMA device and GID index;
 	// NCCL's variables are read when they are not set.
-	EnvHCA          = "RDMAKIT_COLL_HCA"
-	EnvGIDIndex     = "RDMAKIT_COLL_GID_INDEX"
-	EnvNCCLHCA      = "NCCL_IB_HCA"
-	EnvNCCLGIDIndex = "NCCL_IB_GID_INDEX"
+	EnvHCA      = "RDMAKIT_COLL_HCA"
+	EnvGIDIndex = "RDMAKIT_COLL_GID_INDEX"
+	EnvNCCLHCA  = "NCCL_IB_HCA"
+	// NCCL's socket-transport knobs; their product gives Channels when
+	// EnvChannels is not set.
+	EnvNCCLSocketThreads = "NCCL_SOCKET_NTHREADS"
+	EnvNCCLNSocks        = "NCCL_NSOCKS_PERTHREAD"
+	EnvNCCLGIDIndex      = "NCCL_IB_GID_INDEX"
 	// EnvSpin is how long a wait spins before it starts yielding the CPU
 	// (default 50µs, 5µs with tcp peers, 2µs with more ranks than cores).
 	EnvSpin = "RDMAKIT_COLL_SPIN"
@@ -192,6 +199,11 @@ func (o Options) resolve() (Options, error) {
 	if _, err := o.gidIndex(); err != nil {
 		return o, err
 	}
+	if o.Channels == 0 && os.Getenv(EnvChannels) == "" {
+		if o.Channels, err = ncclSockets(); err != nil {
+			return o, err
+		}
+	}
 	for _, f := range []struct {
 		v   *int
 		env string
@@ -218,6 +230,27 @@ func (o Options) resolve() (Options, error) {
 		return o, fmt.Errorf("%w: chunk %d bytes × %d slots is too large", ErrInvalidArgument, o.ChunkSize, o.Slots)
 	}
 	return o, nil
+}
+
+// ncclSockets is NCCL_SOCKET_NTHREADS × NCCL_NSOCKS_PERTHREAD, or 0 when
+// neither is set.
+func ncclSockets() (int, error) {
+	n, set := 1, false
+	for _, name := range []string{EnvNCCLSocketThreads, EnvNCCLNSocks} {
+		s := os.Getenv(name)
+		if s == "" {
+			continue
+		}
+		v, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || v < 1 || v > maxChannels {
+			return 0, fmt.Errorf("%w: %s=%q: want 1..%d", ErrInvalidArgument, name, s, maxChannels)
+		}
+		n, set = n*v, true
+	}
+	if !set {
+		return 0, nil
+	}
+	return n, nil
 }
 
 func envDuration(name string, def time.Duration) (time.Duration, error) {
