@@ -155,7 +155,7 @@ func newComm(ctx context.Context, addr string, nonce uint64, nranks, rank int, o
 			c.local++
 		}
 	}
-	c.spinFor, c.spinFirst = 50*time.Microsecond, spinFirst
+	c.spinFor, c.spinFirst = 10*time.Microsecond, spinFirst
 	if c.local > runtime.NumCPU() {
 		// Oversubscribed: let the others run.
 		c.spinFor, c.spinFirst = 2*time.Microsecond, spinOversub

@@ -467,13 +467,21 @@ func (c *Comm) ack(ch *channel) error {
 
 // spinFirst is how many times a wait polls before it looks at anything
 // else (clock, context, peers): most waits in a collective end within a
-// microsecond, and each look costs more than a poll. With more ranks on
-// the host than cores (Comm.spinFirst is spinOversub then) the rank we
-// wait for may not be running at all: a long spin only keeps it off the
-// core (4 ranks on 2 cores: AllGather 4 KiB took 45 µs with 2048 polls,
-// most of it two ranks spinning ~20 µs each before yielding).
+// microsecond, and each look costs more than a poll. After it, a wait
+// keeps polling with runtime.Gosched until Comm.spinFor (10 µs), then
+// yields the core (sched_yield) between polls. Both are short because a
+// spinning rank may share its core with the rank it waits for (on a busy
+// host the scheduler puts both ranks on the core left free): every poll
+// until the yield is time that rank cannot run. 2-rank AllReduce on shm
+// on a host at load 5-7, time µs in three runs (Open MPI sm: 0.14 at 8 B,
+// 0.76 at 4 KiB): 2048 polls and 50 µs: 8 B 63, 0.26, 63; 4 KiB 26, 64,
+// 64. 256 polls and 10 µs: 8 B 0.25, 0.25, 0.59; 4 KiB 15, 1.8, 1.1.
+// Yielding at once (64 polls, 0 µs) cost 2 µs at 8 B. With more ranks on
+// the host than cores (Comm.spinFirst is spinOversub then) the wait
+// yields sooner still (4 ranks on 2 cores, AllGather 4 KiB: 2048 polls
+// 43-318 µs, 64 polls 33-63 µs).
 const (
-	spinFirst   = 2048
+	spinFirst   = 256
 	spinOversub = 64
 )
 
