@@ -160,7 +160,11 @@ func newComm(ctx context.Context, addr string, nonce uint64, nranks, rank int, o
 		// Oversubscribed: let the others run.
 		c.spinFor, c.spinFirst = 2*time.Microsecond, spinOversub
 	}
-	if err := c.setup(ctx); err != nil {
+	err = c.bind()
+	if err == nil {
+		err = c.setup(ctx)
+	}
+	if err != nil {
 		// Tell the others at once rather than letting them time out.
 		var e enc
 		e.u32(uint32(rank))
@@ -183,6 +187,24 @@ func newComm(ctx context.Context, addr string, nonce uint64, nranks, rank int, o
 	}
 	go c.watch()
 	return c, nil
+}
+
+// bind pins the process to a core (Options.Bind "core"): the k-th rank of
+// this host to the k-th CPU, unless the host's ranks outnumber its CPUs.
+func (c *Comm) bind() error {
+	if c.opts.Bind != "core" || c.local > runtime.NumCPU() {
+		return nil
+	}
+	k := 0 // ranks of this host before us
+	for _, in := range c.infos[:c.rank] {
+		if in.Host == c.infos[c.rank].Host {
+			k++
+		}
+	}
+	if _, err := sys.BindProcess(k); err != nil {
+		return fmt.Errorf("%s=core: %w", EnvBind, err)
+	}
+	return nil
 }
 
 // watch reads the bootstrap connection until it ends.

@@ -215,3 +215,18 @@ func TestNCCLSocketChannels(t *testing.T) {
 		t.Errorf("RDMAKIT_COLL_CHANNELS=1 with NCCL_SOCKET_NTHREADS=4: %d, %v", o.Channels, err)
 	}
 }
+
+func TestBindOption(t *testing.T) {
+	t.Setenv(EnvBind, "")
+	if o, err := (Options{}).resolve(); err != nil || o.Bind != "none" {
+		t.Errorf("default: %q, %v", o.Bind, err)
+	}
+	t.Setenv(EnvBind, "Core")
+	if o, err := (Options{}).resolve(); err != nil || o.Bind != "core" {
+		t.Errorf("RDMAKIT_COLL_BIND=Core: %q, %v", o.Bind, err)
+	}
+	t.Setenv(EnvBind, "socket")
+	if _, err := (Options{}).resolve(); !errors.Is(err, ErrInvalidArgument) {
+		t.Errorf("RDMAKIT_COLL_BIND=socket: %v", err)
+	}
+}

@@ -72,6 +72,14 @@ type Options struct {
 	// channel). RDMAKIT_COLL_SLOTS; default 8, at least 4.
 	Slots int
 
+	// Bind pins each rank's process to a core: "core" binds the k-th rank
+	// of a host (by rank) to the k-th CPU it may run on, as Open MPI does
+	// by default when the ranks do not outnumber the cores (with more
+	// ranks than cores nothing is bound); "none" leaves placement to the
+	// OS. It affects the whole process, every goroutine in it.
+	// RDMAKIT_COLL_BIND; default none.
+	Bind string
+
 	// hcaLenient: HCA came from NCCL_IB_HCA, whose devices may be absent.
 	hcaLenient bool
 }
@@ -124,6 +132,8 @@ const (
 	// EnvSpin is how long a wait spins before it starts yielding the CPU
 	// (default 10µs, 5µs with tcp peers, 2µs with more ranks than cores).
 	EnvSpin = "RDMAKIT_COLL_SPIN"
+	// EnvBind pins ranks to cores (Options.Bind).
+	EnvBind = "RDMAKIT_COLL_BIND"
 )
 
 // Resolve returns the options as a communicator would use them: zero
@@ -177,6 +187,16 @@ func (o Options) resolve() (Options, error) {
 	case "shm", "tcp", rdmaTransport:
 	default:
 		return o, fmt.Errorf("%w: transport %q (auto, shm, tcp or ibverbs)", ErrInvalidArgument, o.Transport)
+	}
+	if o.Bind == "" {
+		o.Bind = strings.ToLower(strings.TrimSpace(os.Getenv(EnvBind)))
+	}
+	switch o.Bind {
+	case "", "none":
+		o.Bind = "none"
+	case "core":
+	default:
+		return o, fmt.Errorf("%w: bind %q (core or none)", ErrInvalidArgument, o.Bind)
 	}
 	if o.HCA == "" {
 		if o.HCA = os.Getenv(EnvHCA); o.HCA == "" {
