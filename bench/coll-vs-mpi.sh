@@ -21,7 +21,8 @@
 # DOC (docs/benchmarks.md; empty: do not write), NO_APT=1 (skip apt-get),
 # COLLS (the collectives), TOOLS (the columns measured), RANKS (2: ranks
 # of every tool), RDMAKIT_ENV ("K=V ...", put into rdmakit's environment,
-# e.g. RDMAKIT_COLL_ALGO=ring to compare algorithms).
+# e.g. RDMAKIT_COLL_ALGO=ring to compare algorithms), RAW_IN (make the
+# tables from an earlier run's raw.tsv instead of measuring).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -136,9 +137,16 @@ run_one() {
 
 TOOLS=${TOOLS:-"rdmakit-shm mpi-sm rdmakit-tcp mpi-tcp gloo-tcp"}
 RAW="$OUT/raw.tsv"
-echo -e "coll\tsize\ttool\ttrial\ttime_us\tbusbw" >"$RAW"
+if [ -n "${RAW_IN:-}" ]; then
+  # Tables from an earlier run's raw.tsv (same SIZES, COLLS, RANKS).
+  [ "$RAW_IN" -ef "$RAW" ] || cp "$RAW_IN" "$RAW"
+  COLLS_RUN=""
+else
+  echo -e "coll\tsize\ttool\ttrial\ttime_us\tbusbw" >"$RAW"
+  COLLS_RUN=$COLLS
+fi
 log "results in $OUT"
-for coll in $COLLS; do
+for coll in $COLLS_RUN; do
   for size in $SIZES; do
     # nccl-tests counts allgather/reduce_scatter per rank in 16-byte units:
     # below 32 bytes per rank nothing would move.
@@ -172,7 +180,7 @@ TABLE="$OUT/table.md"
       [ "$coll" != allreduce ] && [ "$size" -lt $((32 * RANKS)) ] && continue
       row="| $(human "$size") |"
       declare -A bw=() us=()
-      for tool in $TOOLS; do
+      for tool in rdmakit-shm mpi-sm rdmakit-tcp mpi-tcp gloo-tcp; do # all columns; unmeasured ones show –
         bw[$tool]=$(cell "$coll" "$size" "$tool" 6)
         us[$tool]=$(cell "$coll" "$size" "$tool" 5)
       done

@@ -13,6 +13,8 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"runtime"
+	"sync/atomic"
 	"time"
 
 	"github.com/rdmakit/rdmakit/internal/keytab"
@@ -160,19 +162,42 @@ func (l *link) read(b []byte) (int, error) {
 		return n, nil
 	}
 	l.flushOwed()
-	if l.busyPoll > 0 {
-		deadline := time.Now().Add(l.busyPoll)
-		for i := 1; ; i++ {
-			if n, ok := l.tryRead(b); ok {
-				return n, nil
-			}
-			if i%clockEvery == 0 && !time.Now().Before(deadline) {
-				break
-			}
-			sys.Yield()
+	if l.busyPoll > 0 && spinning.Add(1) <= maxSpinning {
+		n, ok := l.spin(b)
+		spinning.Add(-1)
+		if ok {
+			return n, nil
 		}
+	} else if l.busyPoll > 0 {
+		spinning.Add(-1)
 	}
 	return l.conn.Read(b)
+}
+
+// spinning counts the readers of this process busy-polling now; at most
+// maxSpinning do (one per two CPUs, at least one), the others sleep at
+// once: a process with many connections (a collective over tcp has one
+// per peer and channel) would otherwise keep more threads spinning than
+// there are cores, starving the ones with work (8 ranks on 2 cores,
+// AllReduce 1 MiB over tcp: 41 ms with every reader spinning, 10-13 ms
+// with none).
+var (
+	spinning    atomic.Int32
+	maxSpinning = int32(max(1, runtime.NumCPU()/2))
+)
+
+// spin polls for up to busyPoll; ok when it read something.
+func (l *link) spin(b []byte) (int, bool) {
+	deadline := time.Now().Add(l.busyPoll)
+	for i := 1; ; i++ {
+		if n, ok := l.tryRead(b); ok {
+			return n, true
+		}
+		if i%clockEvery == 0 && !time.Now().Before(deadline) {
+			return 0, false
+		}
+		sys.Yield()
+	}
 }
 
 // tryRead is one non-blocking read into b; ok when it read something (an
