@@ -137,6 +137,7 @@
 //	RDMAKIT_COLL_CHUNK           pipeline chunk bytes (default 256K)
 //	RDMAKIT_COLL_SLOTS           FIFO depth in chunks (default 8)
 //	RDMAKIT_COLL_SPIN            how long a wait spins before yielding (default 10µs; 2µs oversubscribed)
+//	RDMAKIT_COLL_BIND            core: pin the k-th rank of a host to the k-th CPU | none (default)
 //
 // # Goroutines
 //
