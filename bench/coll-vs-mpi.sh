@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# coll-vs-mpi.sh: rdmakit coll-perf against Open MPI and Gloo, 2 ranks on
+# coll-vs-mpi.sh: rdmakit coll-perf against Open MPI and Gloo, 2 (RANKS) ranks on
 # this host, float32 sum, side by side in one run.
 #
 #   bench/coll-vs-mpi.sh            # full sweep, writes docs/benchmarks.md
@@ -18,7 +18,11 @@
 # a tenth of that.
 #
 # Environment: SIZES, TRIALS (3), QUIET_WAIT (60), OUT (bench/out/...),
-# DOC (docs/benchmarks.md; empty: do not write), NO_APT=1 (skip apt-get).
+# DOC (docs/benchmarks.md; empty: do not write), NO_APT=1 (skip apt-get),
+# COLLS (the collectives), TOOLS (the columns measured), RANKS (2: ranks
+# of every tool), RDMAKIT_ENV ("K=V ...", put into rdmakit's environment,
+# e.g. RDMAKIT_COLL_ALGO=ring to compare algorithms), RAW_IN (make the
+# tables from an earlier run's raw.tsv instead of measuring).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -28,6 +32,8 @@ TRIALS=${TRIALS:-3}
 QUIET_WAIT=${QUIET_WAIT:-60}
 SIZES=${SIZES:-"8 64 256 1024 4096 16384 65536 262144 1048576 4194304 16777216 67108864"}
 COLLS=${COLLS:-"allreduce allgather reduce_scatter"}
+RANKS=${RANKS:-2}
+RDMAKIT_ENV=${RDMAKIT_ENV:-}
 mkdir -p "$OUT"
 log() { echo "# $*" >&2; }
 
@@ -92,48 +98,59 @@ run_one() {
   it=$(iters_for "$size"); w=$(((it + 9) / 10))
   case $tool in
   rdmakit-shm | rdmakit-tcp)
-    line=$(timeout 300 "$OUT/rdmakit" coll-perf "$(perfname "$coll")" -b "$size" -e "$size" -n "$it" -w "$w" -c 0 -a 3 \
-      --ranks 2 --transport "${tool#rdmakit-}" 2>>"$OUT/errors.log" | awk '!/^#/ && NF >= 12 {print $6; exit}') || true ;;
+    # shellcheck disable=SC2086 # RDMAKIT_ENV is a list of K=V words
+    line=$(env $RDMAKIT_ENV timeout 300 "$OUT/rdmakit" coll-perf "$(perfname "$coll")" -b "$size" -e "$size" -n "$it" -w "$w" -c 0 -a 3 \
+      --ranks "$RANKS" --transport "${tool#rdmakit-}" 2>>"$OUT/errors.log" | awk '!/^#/ && NF >= 12 {print $6; exit}') || true ;;
   mpi-sm)
     [ $HAVE_MPI = yes ] || return 0
-    line=$(timeout 300 mpirun --allow-run-as-root --oversubscribe -np 2 --mca oob_tcp_if_include lo --mca pml ob1 --mca btl vader,self \
+    line=$(timeout 300 mpirun --allow-run-as-root --oversubscribe -np "$RANKS" --mca oob_tcp_if_include lo --mca pml ob1 --mca btl vader,self \
       "$OUT/mpi_coll_bench" "$coll" "$size" "$it" "$w" 2>>"$OUT/errors.log" | awk '{print $4}') || true ;;
   mpi-tcp)
     [ $HAVE_MPI = yes ] || return 0
-    line=$(timeout 300 mpirun --allow-run-as-root --oversubscribe -np 2 --mca oob_tcp_if_include lo --mca pml ob1 --mca btl tcp,self \
+    line=$(timeout 300 mpirun --allow-run-as-root --oversubscribe -np "$RANKS" --mca oob_tcp_if_include lo --mca pml ob1 --mca btl tcp,self \
       --mca btl_tcp_if_include lo "$OUT/mpi_coll_bench" "$coll" "$size" "$it" "$w" 2>>"$OUT/errors.log" | awk '{print $4}') || true ;;
   gloo-tcp)
     [ $HAVE_GLOO = yes ] || return 0
     local store; store=$(mktemp -d)
-    RANK=1 SIZE=2 STORE=$store PREFIX=p timeout 300 "$OUT/gloo_coll_bench" "$coll" "$size" "$it" "$w" >/dev/null 2>>"$OUT/errors.log" &
-    local peer=$!
-    line=$(RANK=0 SIZE=2 STORE=$store PREFIX=p timeout 300 "$OUT/gloo_coll_bench" "$coll" "$size" "$it" "$w" 2>>"$OUT/errors.log" | awk '{print $4}') || true
-    # Rank 1 ends with rank 0, unless Gloo threw: then do not wait for it.
-    for _ in 1 2 3 4 5 6 7 8 9 10; do kill -0 "$peer" 2>/dev/null || break; sleep 0.5; done
-    kill "$peer" 2>/dev/null || true
-    wait "$peer" 2>/dev/null || true
+    local peers=() rk
+    for rk in $(seq 1 $((RANKS - 1))); do
+      RANK=$rk SIZE=$RANKS STORE=$store PREFIX=p timeout 300 "$OUT/gloo_coll_bench" "$coll" "$size" "$it" "$w" >/dev/null 2>>"$OUT/errors.log" &
+      peers+=($!)
+    done
+    line=$(RANK=0 SIZE=$RANKS STORE=$store PREFIX=p timeout 300 "$OUT/gloo_coll_bench" "$coll" "$size" "$it" "$w" 2>>"$OUT/errors.log" | awk '{print $4}') || true
+    # The other ranks end with rank 0, unless Gloo threw: then do not wait for them.
+    for _ in 1 2 3 4 5 6 7 8 9 10; do kill -0 "${peers[@]}" 2>/dev/null || break; sleep 0.5; done
+    kill "${peers[@]}" 2>/dev/null || true
+    wait "${peers[@]}" 2>/dev/null || true
     rm -rf "$store" ;;
   esac
-  # busbw from the time (GB/s), nccl-tests' byte counts and factors, n = 2.
+  # busbw from the time (GB/s), nccl-tests' byte counts and factors, n = RANKS.
   # A failed run (Gloo throws now and then) prints nothing.
   if [ -n "$line" ]; then
-    awk -v t="$line" -v s="$size" -v c="$coll" 'BEGIN {
-      n = 2; f = (c == "allreduce") ? 2 * (n - 1) / n : (n - 1) / n
+    awk -v t="$line" -v s="$size" -v c="$coll" -v n="$RANKS" 'BEGIN {
+      f = (c == "allreduce") ? 2 * (n - 1) / n : (n - 1) / n
       b = (c == "allreduce") ? s : int(s / 4 / n / 4) * 4 * 4 * n
       printf "%s %.6g\n", t, (t > 0 ? b / t / 1e3 * f : 0) }'
   fi
   return 0
 }
 
-TOOLS="rdmakit-shm mpi-sm rdmakit-tcp mpi-tcp gloo-tcp"
+TOOLS=${TOOLS:-"rdmakit-shm mpi-sm rdmakit-tcp mpi-tcp gloo-tcp"}
 RAW="$OUT/raw.tsv"
-echo -e "coll\tsize\ttool\ttrial\ttime_us\tbusbw" >"$RAW"
+if [ -n "${RAW_IN:-}" ]; then
+  # Tables from an earlier run's raw.tsv (same SIZES, COLLS, RANKS).
+  [ "$RAW_IN" -ef "$RAW" ] || cp "$RAW_IN" "$RAW"
+  COLLS_RUN=""
+else
+  echo -e "coll\tsize\ttool\ttrial\ttime_us\tbusbw" >"$RAW"
+  COLLS_RUN=$COLLS
+fi
 log "results in $OUT"
-for coll in $COLLS; do
+for coll in $COLLS_RUN; do
   for size in $SIZES; do
     # nccl-tests counts allgather/reduce_scatter per rank in 16-byte units:
-    # below 64 bytes (2 ranks) nothing would move.
-    [ "$coll" != allreduce ] && [ "$size" -lt 64 ] && continue
+    # below 32 bytes per rank nothing would move.
+    [ "$coll" != allreduce ] && [ "$size" -lt $((32 * RANKS)) ] && continue
     for trial in $(seq "$TRIALS"); do
       for tool in $TOOLS; do
         wait_quiet
@@ -155,15 +172,15 @@ TABLE="$OUT/table.md"
 {
   for coll in $COLLS; do
     echo
-    echo "#### $coll (float32 sum, 2 ranks; busbw GB/s, time µs in parentheses)"
+    echo "#### $coll (float32 sum, $RANKS ranks; busbw GB/s, time µs in parentheses)"
     echo
     echo "| size | rdmakit shm | Open MPI sm | shm ratio | rdmakit tcp | Open MPI tcp | Gloo tcp | tcp/MPI | tcp/Gloo |"
     echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|"
     for size in $SIZES; do
-      [ "$coll" != allreduce ] && [ "$size" -lt 64 ] && continue
+      [ "$coll" != allreduce ] && [ "$size" -lt $((32 * RANKS)) ] && continue
       row="| $(human "$size") |"
       declare -A bw=() us=()
-      for tool in $TOOLS; do
+      for tool in rdmakit-shm mpi-sm rdmakit-tcp mpi-tcp gloo-tcp; do # all columns; unmeasured ones show –
         bw[$tool]=$(cell "$coll" "$size" "$tool" 6)
         us[$tool]=$(cell "$coll" "$size" "$tool" 5)
       done
@@ -179,17 +196,22 @@ TABLE="$OUT/table.md"
 CMD="bench/coll-vs-mpi.sh"
 [ "$SIZES" != "8 64 256 1024 4096 16384 65536 262144 1048576 4194304 16777216 67108864" ] && CMD="SIZES=\"$SIZES\" $CMD"
 [ "$TRIALS" != 3 ] && CMD="TRIALS=$TRIALS $CMD"
+[ "$RANKS" != 2 ] && CMD="RANKS=$RANKS $CMD"
+[ "$COLLS" != "allreduce allgather reduce_scatter" ] && CMD="COLLS=\"$COLLS\" $CMD"
+[ -n "$RDMAKIT_ENV" ] && CMD="RDMAKIT_ENV=\"$RDMAKIT_ENV\" $CMD"
 SECTION="$OUT/section.md"
+HEADING="Collectives vs Open MPI and Gloo"
+[ "$RANKS" != 2 ] && HEADING="$HEADING, $RANKS ranks"
 {
-  echo "## Collectives vs Open MPI and Gloo"
+  echo "## $HEADING"
   echo
   echo "Command: \`$CMD\` ($(date -u +%Y-%m-%d), $(nproc) CPUs: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'),"
   echo "$(uname -r), Go $(go env GOVERSION | sed 's/^go//'), $(mpirun --version 2>/dev/null | head -1 || echo 'no Open MPI'))."
-  echo "Two ranks on one host. Each cell: busbw in GB/s (nccl-tests convention: allreduce × 2(n−1)/n, allgather and"
+  echo "$RANKS ranks on one host. Each cell: busbw in GB/s (nccl-tests convention: allreduce × 2(n−1)/n, allgather and"
   echo "reduce_scatter × (n−1)/n of algbw, sizes as nccl-tests counts them) and the time per call in µs, the median of $TRIALS launches,"
   echo "time per call = maximum over ranks. Ratios divide rdmakit's busbw by the peer's on the same path"
   echo "(shm: Open MPI vader; tcp: Open MPI btl tcp and Gloo tcp, all on loopback); above 1× rdmakit is faster."
-  echo "rdmakit: \`rdmakit coll-perf … -a 3 --ranks 2 --transport shm|tcp\` (default options: auto algorithm, 2 channels, 256 KiB chunks);"
+  echo "rdmakit: \`rdmakit coll-perf … -a 3 --ranks $RANKS --transport shm|tcp\`${RDMAKIT_ENV:+ with $RDMAKIT_ENV} (default options: auto algorithm, 2 channels, 256 KiB chunks);"
   echo "Open MPI: \`bench/src/mpi_coll_bench.c\` (MPI_Allreduce, MPI_Allgather, MPI_Reduce_scatter_block); Gloo: \`bench/src/gloo_coll_bench.cc\`"
   echo "(AllreduceRing, allgather, ReduceScatterHalvingDoubling)."
   [ -n "$GLOO_NOTE" ] && { echo; echo "$GLOO_NOTE"; }
@@ -207,9 +229,10 @@ if [ -n "$DOC" ]; then
   mkdir -p "$(dirname "$DOC")"
   [ -f "$DOC" ] || printf '# rdmakit benchmarks\n\n' >"$DOC"
   # Replace our section (up to the next "## " heading) or append it.
-  awk -v sec="$SECTION" '
+  awk -v sec="$SECTION" -v h="## $HEADING" '
     BEGIN { while ((getline l < sec) > 0) body = body l "\n" }
-    /^## Collectives vs Open MPI and Gloo[[:space:]]*$/ { printf "%s", body; skip = 1; done = 1; next }
+    { t = $0; sub(/[[:space:]]+$/, "", t) }
+    t == h { printf "%s", body; skip = 1; done = 1; next }
     skip && /^## / { skip = 0 }
     !skip { print }
     END { if (!done) printf "\n%s", body }

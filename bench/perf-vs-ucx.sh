@@ -31,7 +31,9 @@
 # Environment: ONLY="sm" or "tcp" runs one transport; SIZES overrides the
 # sizes ("8 4096"); SCALE divides every iteration count (quick trials);
 # REPS=3 runs every measurement three times (UCX and rdmakit alternating)
-# and reports the median of each (default 1).
+# and reports the median of each (default 1); TESTS="write_lat send_lat"
+# runs only those rdmakit tests (and their UCX pairs); RDMAKIT_ENV="K=V ..."
+# is put into rdmakit's environment (a knob such as RDMAKIT_TCP_BUSY_POLL).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -59,6 +61,8 @@ SIZES=${SIZES:-"8 4096 65536 1048576"}
 SCALE=${SCALE:-1}
 ONLY=${ONLY:-"sm tcp"}
 REPS=${REPS:-1}
+TESTS=${TESTS:-}
+RDMAKIT_ENV=${RDMAKIT_ENV:-}
 PORT=${UCX_PORT:-13400}
 
 iters() { # transport size [test]
@@ -102,7 +106,8 @@ rdmakit() {
 	local dev=$1 test=$2 size=$3 n=$4
 	shift 4
 	local out
-	out=$(timeout 600 "$RDMAKIT" perf "$test" --loopback -d "$dev" -s "$size" -n "$n" "$@" 2>>"$LOG") || true
+	# shellcheck disable=SC2086 # RDMAKIT_ENV is a list of K=V words
+	out=$(env $RDMAKIT_ENV timeout 600 "$RDMAKIT" perf "$test" --loopback -d "$dev" -s "$size" -n "$n" "$@" 2>>"$LOG") || true
 	echo "rdmakit $dev $test $size n=$n $*:" >>"$LOG"
 	echo "$out" >>"$LOG"
 	echo "$out" | awk '/^ #bytes/ { getline; print; exit }'
@@ -121,8 +126,13 @@ median() { # values... → the median (0 if none)
 	printf '%s\n' "$@" | awk 'NF' | sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print 0; else print v[int((NR + 1) / 2)] }'
 }
 
+want() { # rdmakit-test → whether TESTS selects it
+	[ -z "$TESTS" ] || [[ " $TESTS " == *" $1 "* ]]
+}
+
 bw_pair() { # tls dev rdmakit-test ucx-test
 	local tls=$1 dev=$2 rt=$3 ut=$4 s n i us rs
+	want "$rt" || return 0
 	for s in $SIZES; do
 		n=$(iters "$tls" "$s" "$ut")
 		us=() rs=()
@@ -137,6 +147,7 @@ bw_pair() { # tls dev rdmakit-test ucx-test
 lat_pair() { # tls dev rdmakit-test ucx-test [sizes] [flags]
 	local tls=$1 dev=$2 rt=$3 ut=$4 sizes=${5:-$SIZES} s n i us rs
 	shift $(($# < 5 ? $# : 5))
+	want "$rt" || return 0
 	for s in $sizes; do
 		n=$(iters "$tls" "$s" "$ut")
 		us=() rs=()

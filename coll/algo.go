@@ -319,6 +319,24 @@ func (c *Comm) recvReduce(src int, m mem, count int, dt DataType, op RedOp) erro
 	return nil
 }
 
+// sendCopy sends o (part of m) as ch's next message, taken at once: on a
+// transport whose writes read their source later (tcp) it goes out from a
+// staging copy, so m may change as soon as sendCopy returns.
+func (c *Comm) sendCopy(ch *channel, m mem, o []byte) error {
+	if err := c.reserve(ch); err != nil {
+		return err
+	}
+	src, key := o, m.key(ch.q.ep)
+	if !ch.q.ep.sync && len(o) > ch.inline {
+		buf, k, err := c.stage(ch)
+		if err != nil {
+			return err
+		}
+		src, key = buf[:copy(buf, o)], k
+	}
+	return c.post(ch, src, key)
+}
+
 // exchangeReduce swaps m with partner and reduces: m = theirs ⊕ mine.
 // Each piece goes out before the partner's arrives; on a transport whose
 // writes finish later (tcp) it goes out from a staging copy, since m is
@@ -330,18 +348,7 @@ func (c *Comm) exchangeReduce(partner int, m mem, count int, dt DataType, op Red
 		en := min(st+ce, count)
 		ch := c.ch(partner, p)
 		o := m.at(st, en, es)
-		if err := c.reserve(ch); err != nil {
-			return err
-		}
-		src, key := o, m.key(ch.q.ep)
-		if !ch.q.ep.sync && len(o) > ch.inline {
-			buf, k, err := c.stage(ch)
-			if err != nil {
-				return err
-			}
-			src, key = buf[:copy(buf, o)], k
-		}
-		if err := c.post(ch, src, key); err != nil {
+		if err := c.sendCopy(ch, m, o); err != nil {
 			return err
 		}
 		slot, err := c.recv(ch, len(o))

@@ -22,7 +22,7 @@ func BenchmarkAllReduce(b *testing.B) {
 }
 
 func BenchmarkAllGather(b *testing.B) {
-	for _, size := range []int{64 << 10, 1 << 20} {
+	for _, size := range []int{4 << 10, 64 << 10, 1 << 20} {
 		b.Run(fmt.Sprintf("shm/%d", size), func(b *testing.B) {
 			benchColl(b, "shm", size, func(ctx context.Context, c *Comm, buf []byte) error {
 				h := len(buf) / 2
@@ -33,7 +33,7 @@ func BenchmarkAllGather(b *testing.B) {
 }
 
 func BenchmarkReduceScatter(b *testing.B) {
-	for _, size := range []int{64 << 10, 1 << 20} {
+	for _, size := range []int{4 << 10, 64 << 10, 1 << 20} {
 		b.Run(fmt.Sprintf("shm/%d", size), func(b *testing.B) {
 			benchColl(b, "shm", size, func(ctx context.Context, c *Comm, buf []byte) error {
 				h := len(buf) / 2

@@ -16,7 +16,7 @@ func TestInProcess(t *testing.T) {
 		for _, tr := range []string{"shm", "tcp"} {
 			t.Run(fmt.Sprintf("n%d/%s", n, tr), func(t *testing.T) {
 				sc := scenario{kinds: allKinds, types: DataTypes, ops: RedOps, counts: []int{1, 7, 3001},
-					algos: []Algorithm{AlgoRing, AlgoTree}, roots: []int{0, 1}}
+					algos: []Algorithm{AlgoRing, AlgoTree, AlgoDirect}, roots: []int{0, 1}}
 				if tr == "tcp" || testing.Short() {
 					sc.types = []DataType{Int8, Float16, Float32, Float64}
 					sc.ops = []RedOp{Sum, Max, Avg}
@@ -39,11 +39,44 @@ func TestLargeCounts(t *testing.T) {
 	for _, tr := range []string{"shm", "tcp"} {
 		t.Run(tr, func(t *testing.T) {
 			sc := scenario{kinds: allKinds, types: []DataType{Float32, Float16}, ops: []RedOp{Sum, Avg}, counts: counts,
-				algos: []Algorithm{AlgoRing, AlgoTree}, roots: []int{2}}
+				algos: []Algorithm{AlgoRing, AlgoTree, AlgoDirect}, roots: []int{2}}
 			chunk := map[string]int{"shm": 4096, "tcp": 16384}[tr]
 			noErrors(t, runRanks(t, 3, Options{Transport: tr, ChunkSize: chunk, Slots: 4, Channels: 2}, func(c *Comm) error {
 				return exercise(context.Background(), c, sc)
 			}))
 		})
 	}
+}
+
+// TestDirectRanks checks the direct algorithms (forced, and as auto picks
+// them) at 4 to 8 ranks: odd sizes, several chunks, in and out of place.
+func TestDirectRanks(t *testing.T) {
+	ns := []int{4, 5, 8}
+	if testing.Short() {
+		ns = []int{4}
+	}
+	for _, n := range ns {
+		for _, tr := range []string{"shm", "tcp"} {
+			if tr == "tcp" && n > 4 {
+				continue // the tcp path is the same code; 4 ranks exercise it
+			}
+			t.Run(fmt.Sprintf("n%d/%s", n, tr), func(t *testing.T) {
+				sc := scenario{kinds: []string{"allreduce", "reducescatter", "allgather"},
+					types: []DataType{Int8, Float16, Float32, Float64}, ops: []RedOp{Sum, Max, Avg},
+					counts: []int{1, 7, 3001}, algos: []Algorithm{AlgoDirect, AlgoAuto}}
+				noErrors(t, runRanks(t, n, Options{Transport: tr, ChunkSize: 4096, Slots: 4, Channels: 2}, func(c *Comm) error {
+					return exercise(context.Background(), c, sc)
+				}))
+			})
+		}
+	}
+}
+
+// TestProtoSimple runs small collectives on shm with the LL protocol off.
+func TestProtoSimple(t *testing.T) {
+	sc := scenario{kinds: []string{"allreduce", "allgather", "broadcast"}, types: []DataType{Float32}, ops: []RedOp{Sum},
+		counts: []int{1, 7}, algos: []Algorithm{AlgoRing, AlgoTree, AlgoDirect}, roots: []int{0}}
+	noErrors(t, runRanks(t, 3, Options{Transport: "shm", Protocol: ProtoSimple}, func(c *Comm) error {
+		return exercise(context.Background(), c, sc)
+	}))
 }

@@ -36,6 +36,7 @@ type Comm struct {
 	local        int  // ranks on this host, this one included
 	allSync      bool // every pair of ranks talks over a synchronous endpoint (shm; decided in setup)
 	spinFor      time.Duration
+	spinFirst    int // polls before a wait looks at the clock (proto.go)
 
 	boot   *frameConn
 	root   *root // served by this process for this communicator, or nil
@@ -57,6 +58,9 @@ type Comm struct {
 	op       opState
 	bounceIn region
 	bounceOu region
+	// foldIn and scratch serve foldRanks (direct.go).
+	foldIn  [][]byte
+	scratch []byte
 
 	// memMu guards regions.
 	memMu   sync.Mutex
@@ -151,11 +155,16 @@ func newComm(ctx context.Context, addr string, nonce uint64, nranks, rank int, o
 			c.local++
 		}
 	}
-	c.spinFor = 50 * time.Microsecond
+	c.spinFor, c.spinFirst = 10*time.Microsecond, spinFirst
 	if c.local > runtime.NumCPU() {
-		c.spinFor = 2 * time.Microsecond // oversubscribed: let the others run
+		// Oversubscribed: let the others run.
+		c.spinFor, c.spinFirst = 2*time.Microsecond, spinOversub
 	}
-	if err := c.setup(ctx); err != nil {
+	err = c.bind()
+	if err == nil {
+		err = c.setup(ctx)
+	}
+	if err != nil {
 		// Tell the others at once rather than letting them time out.
 		var e enc
 		e.u32(uint32(rank))
@@ -178,6 +187,24 @@ func newComm(ctx context.Context, addr string, nonce uint64, nranks, rank int, o
 	}
 	go c.watch()
 	return c, nil
+}
+
+// bind pins the process to a core (Options.Bind "core"): the k-th rank of
+// this host to the k-th CPU, unless the host's ranks outnumber its CPUs.
+func (c *Comm) bind() error {
+	if c.opts.Bind != "core" || c.local > runtime.NumCPU() {
+		return nil
+	}
+	k := 0 // ranks of this host before us
+	for _, in := range c.infos[:c.rank] {
+		if in.Host == c.infos[c.rank].Host {
+			k++
+		}
+	}
+	if _, err := sys.BindProcess(k); err != nil {
+		return fmt.Errorf("%s=core: %w", EnvBind, err)
+	}
+	return nil
 }
 
 // watch reads the bootstrap connection until it ends.
@@ -274,6 +301,13 @@ func (c *Comm) Close() error {
 	}
 	c.opMu.Lock()
 	defer c.opMu.Unlock()
+	if c.Err() == nil {
+		// Everything we wrote lands before our bye can reach anyone: a
+		// peer still waiting for our last messages gets them, rather
+		// than seeing us gone first (the bye travels on another
+		// connection and would overtake data queued on tcp).
+		c.settle()
+	}
 	c.boot.write(msgBye, nil)
 	if c.Err() == nil {
 		select {

@@ -77,14 +77,19 @@
 // garbage.
 //
 // AllReduce uses a ring (reduce-scatter then all-gather, bandwidth-
-// optimal) or recursive doubling (log₂ N steps, for small messages);
-// Broadcast and Reduce a pipelined chain or a binomial tree; the choice
-// depends on message size (Options.TreeThreshold) unless
-// RDMAKIT_COLL_ALGO=ring|tree or Options.Algorithm forces it. AllGather and
-// ReduceScatter use the ring, AllToAll pairwise exchange.
+// optimal), recursive doubling (log₂ N steps, for small messages) or a
+// direct exchange (one step: every rank sends its vector to every other
+// and folds them in rank order; small messages among three or more
+// ranks); AllGather and ReduceScatter the ring or the direct exchange;
+// Broadcast and Reduce a pipelined chain or a binomial tree; AllToAll
+// pairwise exchange. The choice follows a small tuning table by
+// collective, rank count and size (tune.go; Options.TreeThreshold moves
+// the tree/ring cross-over) unless RDMAKIT_COLL_ALGO=ring|tree|direct
+// (else NCCL_ALGO) or Options.Algorithm forces it.
 //
 // Writes to a device with CapWriteOnPost (shm) are done when posted, so
-// small messages travel in the LL format (data and flags in one write);
+// small messages travel in the LL format (data and flags in one write;
+// RDMAKIT_COLL_PROTO=Simple or NCCL_PROTO=Simple turns it off);
 // on other devices the flag write follows the data on the same QP and
 // completions are reaped to free the send queue. Writes up to the QP's
 // inline limit are posted inline.
@@ -125,15 +130,17 @@
 //	RDMAKIT_COLL_ADDR, _PORT     rendezvous address (rank 0 listens there)
 //	RDMAKIT_COLL_TIMEOUT         stall timeout of a collective (default 5m)
 //	RDMAKIT_COLL_BOOTSTRAP_TIMEOUT  forming the communicator, and Close (default 2m)
-//	RDMAKIT_COLL_ALGO            ring | tree | auto
+//	RDMAKIT_COLL_ALGO            ring | tree | direct | auto (NCCL_ALGO is read too)
+//	RDMAKIT_COLL_PROTO           LL | Simple | auto (NCCL_PROTO is read too)
 //	RDMAKIT_COLL_TREE_THRESHOLD  bytes below which auto picks tree (default 64K)
 //	RDMAKIT_COLL_TRANSPORT       shm | tcp | roce | ibverbs | auto
 //	RDMAKIT_COLL_HCA             RDMA devices[:port] (NCCL_IB_HCA syntax; NCCL_IB_HCA is read too)
 //	RDMAKIT_COLL_GID_INDEX       RoCE GID index | auto (NCCL_IB_GID_INDEX is read too)
-//	RDMAKIT_COLL_CHANNELS        QPs per peer (default 2)
+//	RDMAKIT_COLL_CHANNELS        QPs per peer (default 2; else NCCL_SOCKET_NTHREADS × NCCL_NSOCKS_PERTHREAD)
 //	RDMAKIT_COLL_CHUNK           pipeline chunk bytes (default 256K)
 //	RDMAKIT_COLL_SLOTS           FIFO depth in chunks (default 8)
-//	RDMAKIT_COLL_SPIN            how long a wait spins before yielding (default 50µs; 2µs oversubscribed)
+//	RDMAKIT_COLL_SPIN            how long a wait spins before yielding (default 10µs; 2µs oversubscribed)
+//	RDMAKIT_COLL_BIND            core: pin the k-th rank of a host to the k-th CPU | none (default)
 //
 // # Goroutines
 //

@@ -115,3 +115,118 @@ func TestOptionsEnv(t *testing.T) {
 		t.Errorf("bad transport: %v", err)
 	}
 }
+
+func TestAlgoProtoEnv(t *testing.T) {
+	for _, k := range []string{EnvAlgo, EnvProto, EnvNCCLAlgo, EnvNCCLProto} {
+		t.Setenv(k, "")
+	}
+	for _, c := range []struct {
+		algo, proto, ncclAlgo, ncclProto string
+		want                             Algorithm
+		wantP                            Protocol
+		bad                              bool
+	}{
+		{want: AlgoAuto, wantP: ProtoAuto},
+		{algo: "direct", proto: "simple", want: AlgoDirect, wantP: ProtoSimple},
+		{ncclAlgo: "Ring", ncclProto: "LL", want: AlgoRing, wantP: ProtoLL},
+		{ncclAlgo: "Tree,Ring", ncclProto: "^LL128", want: AlgoAuto, wantP: ProtoAuto}, // NCCL lists: auto
+		{algo: "tree", ncclAlgo: "ring", want: AlgoTree},                               // ours wins
+		{algo: "nvls", bad: true},
+		{proto: "fast", bad: true},
+	} {
+		t.Setenv(EnvAlgo, c.algo)
+		t.Setenv(EnvProto, c.proto)
+		t.Setenv(EnvNCCLAlgo, c.ncclAlgo)
+		t.Setenv(EnvNCCLProto, c.ncclProto)
+		o, err := Options{}.resolve()
+		if c.bad {
+			if !errors.Is(err, ErrInvalidArgument) {
+				t.Errorf("%+v: %v", c, err)
+			}
+			continue
+		}
+		if err != nil || o.Algorithm != c.want || o.Protocol != c.wantP {
+			t.Errorf("%+v: %v %v %v", c, o.Algorithm, o.Protocol, err)
+		}
+	}
+}
+
+// TestTuning pins the auto choices of the tuning table.
+func TestTuning(t *testing.T) {
+	for _, c := range []struct {
+		kind   byte
+		n      int
+		bytes  int
+		forced Algorithm
+		want   Algorithm
+	}{
+		{kAllReduce, 2, 8, AlgoAuto, AlgoTree},
+		{kAllReduce, 4, 8, AlgoAuto, AlgoDirect},
+		{kAllReduce, 8, 4 << 10, AlgoAuto, AlgoDirect},
+		{kAllReduce, 8, 8 << 10, AlgoAuto, AlgoTree},
+		{kAllReduce, 4, 1 << 20, AlgoAuto, AlgoRing},
+		{kAllGather, 2, 4 << 10, AlgoAuto, AlgoRing},
+		{kAllGather, 4, 4 << 10, AlgoAuto, AlgoDirect},
+		{kAllGather, 4, 1 << 20, AlgoAuto, AlgoRing},
+		{kReduceScatter, 8, 64 << 10, AlgoAuto, AlgoDirect},
+		{kReduceScatter, 3, 4 << 10, AlgoTree, AlgoRing},
+		{kBroadcast, 4, 8, AlgoDirect, AlgoTree},
+		{kAllReduce, 2, 1 << 20, AlgoDirect, AlgoDirect},
+	} {
+		o, _ := Options{Algorithm: c.forced}.resolve()
+		cm := &Comm{nranks: c.n, opts: o}
+		if got := cm.pickAlgo(c.kind, c.bytes); got != c.want {
+			t.Errorf("%s, %d ranks, %d bytes, forced %s: %s, want %s", kindNames[c.kind], c.n, c.bytes, c.forced, got, c.want)
+		}
+	}
+}
+
+func TestNCCLSocketChannels(t *testing.T) {
+	t.Setenv(EnvChannels, "")
+	for _, c := range []struct {
+		threads, socks string
+		want           int
+		bad            bool
+	}{
+		{want: defaultChannels},
+		{threads: "2", socks: "4", want: 8},
+		{socks: "3", want: 3},
+		{threads: "8", socks: "4", want: maxChannels}, // capped
+		{threads: "0", bad: true},
+		{socks: "x", bad: true},
+	} {
+		t.Setenv(EnvNCCLSocketThreads, c.threads)
+		t.Setenv(EnvNCCLNSocks, c.socks)
+		o, err := Options{}.resolve()
+		if c.bad {
+			if !errors.Is(err, ErrInvalidArgument) {
+				t.Errorf("%+v: %v", c, err)
+			}
+			continue
+		}
+		if err != nil || o.Channels != c.want {
+			t.Errorf("%+v: channels %d, %v", c, o.Channels, err)
+		}
+	}
+	// RDMAKIT_COLL_CHANNELS wins.
+	t.Setenv(EnvNCCLSocketThreads, "4")
+	t.Setenv(EnvChannels, "1")
+	if o, err := (Options{}).resolve(); err != nil || o.Channels != 1 {
+		t.Errorf("RDMAKIT_COLL_CHANNELS=1 with NCCL_SOCKET_NTHREADS=4: %d, %v", o.Channels, err)
+	}
+}
+
+func TestBindOption(t *testing.T) {
+	t.Setenv(EnvBind, "")
+	if o, err := (Options{}).resolve(); err != nil || o.Bind != "none" {
+		t.Errorf("default: %q, %v", o.Bind, err)
+	}
+	t.Setenv(EnvBind, "Core")
+	if o, err := (Options{}).resolve(); err != nil || o.Bind != "core" {
+		t.Errorf("RDMAKIT_COLL_BIND=Core: %q, %v", o.Bind, err)
+	}
+	t.Setenv(EnvBind, "socket")
+	if _, err := (Options{}).resolve(); !errors.Is(err, ErrInvalidArgument) {
+		t.Errorf("RDMAKIT_COLL_BIND=socket: %v", err)
+	}
+}

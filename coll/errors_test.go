@@ -11,13 +11,16 @@ import (
 
 // TestStalledRank: a rank that never calls the collective makes the
 // others time out within Options.Timeout, and the communicator is then
-// aborted everywhere.
+// aborted everywhere. The tree algorithm is forced: in it rank 1 waits
+// for rank 0, which waits for the stalled rank; with the direct exchange
+// rank 1 waits for the stalled rank itself and may still complete, with
+// every contribution, once rank 2 comes late.
 func TestStalledRank(t *testing.T) {
 	const timeout = 500 * time.Millisecond
 	start := time.Now()
 	var stalled sync.WaitGroup
 	stalled.Add(1)
-	errs := runRanks(t, 3, Options{Timeout: timeout}, func(c *Comm) error {
+	errs := runRanks(t, 3, Options{Timeout: timeout, Algorithm: AlgoTree}, func(c *Comm) error {
 		buf, _ := c.Alloc(1024)
 		if c.Rank() == 2 {
 			stalled.Wait() // until the others gave up
@@ -261,6 +264,9 @@ func TestNoAllocs(t *testing.T) {
 						c.AllReduce(ctx, big, big, Float32, Sum),
 						c.ReduceScatter(ctx, big, big[c.Rank()*len(big)/2:][:len(big)/2], Float32, Sum),
 						c.Broadcast(ctx, big, big, Float32, 0),
+						direct(c, func() error { return c.AllReduce(ctx, small, small, Float32, Sum) }),
+						direct(c, func() error { return c.AllGather(ctx, small[:32], small, Float32) }),
+						direct(c, func() error { return c.ReduceScatter(ctx, small, small[:32], Float32, Sum) }),
 						c.Barrier(ctx),
 					} {
 						if err != nil {
@@ -304,4 +310,11 @@ func TestNoAllocs(t *testing.T) {
 			}))
 		})
 	}
+}
+
+// direct runs f with the direct algorithms forced.
+func direct(c *Comm, f func() error) error {
+	c.opts.Algorithm = AlgoDirect
+	defer func() { c.opts.Algorithm = AlgoAuto }()
+	return f()
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -58,8 +59,27 @@ func childMain(scenarioName string) int {
 	switch scenarioName {
 	case "matrix":
 		sc := scenario{kinds: allKinds, types: []DataType{Uint8, Float16, Int32, Float64}, ops: []RedOp{Sum, Prod, Max, Avg},
-			counts: []int{1, 3, 1001}, algos: []Algorithm{AlgoRing, AlgoTree}, roots: []int{0, 3}}
+			counts: []int{1, 3, 1001}, algos: []Algorithm{AlgoRing, AlgoTree, AlgoDirect}, roots: []int{0, 3}}
 		if err := exercise(ctx, c, sc); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return exitFailed
+		}
+		return exitOK
+	case "bind":
+		// RDMAKIT_COLL_BIND=core: this rank's process runs on one CPU
+		// only (the parent compares the ranks' CPUs).
+		b, err := os.ReadFile("/proc/self/status")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return exitFailed
+		}
+		for _, l := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(l, "Cpus_allowed_list:"); ok {
+				fmt.Println("cpus", strings.TrimSpace(v))
+			}
+		}
+		buf, _ := c.Alloc(64)
+		if err := c.AllReduce(ctx, buf, buf, Float32, Sum); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return exitFailed
 		}
@@ -170,6 +190,33 @@ func TestMultiProcess(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestBindCore: with RDMAKIT_COLL_BIND=core two rank processes (no more
+// than the CPUs here) end up on one CPU each, different ones.
+func TestBindCore(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("binding to cores is Linux only (sched_setaffinity)")
+	}
+	if runtime.NumCPU() < 2 {
+		t.Skip("needs 2 CPUs: with more ranks than CPUs nothing is bound")
+	}
+	procs := spawnRanks(t, 2, "bind", EnvBind+"=core")
+	seen := map[string]bool{}
+	for r, code := range waitRanks(t, procs, 60*time.Second) {
+		if code != exitOK {
+			t.Fatalf("rank %d exited %d:\n%s", r, code, procs[r].stderr.String())
+		}
+		cpus := strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(procs[r].out.String()), "cpus"))
+		if _, err := strconv.Atoi(cpus); err != nil {
+			t.Errorf("rank %d may run on CPUs %q, want one", r, cpus)
+		}
+		t.Logf("rank %d: CPUs %s", r, cpus)
+		seen[cpus] = true
+	}
+	if len(seen) != 2 {
+		t.Errorf("both ranks on the same CPU: %v", seen)
 	}
 }
 

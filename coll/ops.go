@@ -188,24 +188,6 @@ func (c *Comm) inOut(send, recv []byte, off int, recvInSend bool) (in, out mem, 
 	return m.sub(off, len(send)), m, true, nil
 }
 
-// pickAlgo chooses by size and rank count: the tree algorithms take
-// about log₂ n steps, the ring 2(n−1) (all-reduce) or n−1, so the size up
-// to which the tree wins grows with n/log₂ n. TreeThreshold is the
-// cross-over at two ranks.
-func (c *Comm) pickAlgo(bytes int) Algorithm {
-	if c.opts.Algorithm != AlgoAuto {
-		return c.opts.Algorithm
-	}
-	steps := 1
-	for 1<<steps < c.nranks {
-		steps++
-	}
-	if bytes <= c.opts.TreeThreshold*(c.nranks-1)/steps {
-		return AlgoTree
-	}
-	return AlgoRing
-}
-
 func (c *Comm) checkTypes(dt DataType, op RedOp) error {
 	if !dt.valid() {
 		return fmt.Errorf("%w: data type %d", ErrInvalidArgument, dt)
@@ -237,7 +219,7 @@ func (c *Comm) AllReduce(ctx context.Context, send, recv []byte, dt DataType, op
 		return err
 	}
 	count := len(send) / dt.Size()
-	k := call{kind: kAllReduce, dt: dt, op: op, count: count, root: -1, algo: c.pickAlgo(len(send)), direct: c.direct(len(send))}
+	k := call{kind: kAllReduce, dt: dt, op: op, count: count, root: -1, algo: c.pickAlgo(kAllReduce, len(send)), direct: c.direct(len(send))}
 	if err := c.collective(ctx, k); err != nil {
 		return err
 	}
@@ -250,6 +232,8 @@ func (c *Comm) AllReduce(ctx context.Context, send, recv []byte, dt DataType, op
 		case c.nranks == 1:
 			copy(out.b, in.b)
 			c.finish(dt, op, out.b)
+		case k.algo == AlgoDirect:
+			err = c.directAllReduce(in, out, count, dt, op)
 		case k.algo == AlgoTree:
 			err = c.treeAllReduce(in, out, count, dt, op)
 		default:
@@ -282,7 +266,8 @@ func (c *Comm) AllGather(ctx context.Context, send, recv []byte, dt DataType) er
 		return err
 	}
 	count := len(send) / dt.Size()
-	if err := c.collective(ctx, call{kind: kAllGather, dt: dt, count: count, root: -1, direct: c.direct(len(recv))}); err != nil {
+	k := call{kind: kAllGather, dt: dt, count: count, root: -1, algo: c.pickAlgo(kAllGather, len(recv)), direct: c.direct(len(recv))}
+	if err := c.collective(ctx, k); err != nil {
 		return err
 	}
 	if count == 0 {
@@ -290,9 +275,12 @@ func (c *Comm) AllGather(ctx context.Context, send, recv []byte, dt DataType) er
 	}
 	in, out, staged, err := c.inOut(send, recv, c.rank*len(send), false)
 	if err == nil {
-		if c.nranks == 1 {
+		switch {
+		case c.nranks == 1:
 			copy(out.b, in.b)
-		} else {
+		case k.algo == AlgoDirect:
+			err = c.directAllGather(in, out, count, dt.Size())
+		default:
 			err = c.ringAllGather(in, out, count, dt.Size())
 		}
 	}
@@ -313,7 +301,8 @@ func (c *Comm) ReduceScatter(ctx context.Context, send, recv []byte, dt DataType
 		return err
 	}
 	count := len(recv) / dt.Size()
-	if err := c.collective(ctx, call{kind: kReduceScatter, dt: dt, op: op, count: count, root: -1}); err != nil {
+	k := call{kind: kReduceScatter, dt: dt, op: op, count: count, root: -1, algo: c.pickAlgo(kReduceScatter, len(send))}
+	if err := c.collective(ctx, k); err != nil {
 		return err
 	}
 	if count == 0 {
@@ -321,10 +310,13 @@ func (c *Comm) ReduceScatter(ctx context.Context, send, recv []byte, dt DataType
 	}
 	in, out, staged, err := c.inOut(send, recv, c.rank*len(recv), true)
 	if err == nil {
-		if c.nranks == 1 {
+		switch {
+		case c.nranks == 1:
 			copy(out.b, in.b)
 			c.finish(dt, op, out.b)
-		} else {
+		case k.algo == AlgoDirect:
+			err = c.directReduceScatter(in, out, count, dt, op)
+		default:
 			err = c.ringReduceScatter(in, out, count, dt, op)
 		}
 	}
@@ -352,7 +344,7 @@ func (c *Comm) Broadcast(ctx context.Context, send, recv []byte, dt DataType, ro
 		send = recv
 	}
 	count := len(recv) / dt.Size()
-	k := call{kind: kBroadcast, dt: dt, count: count, root: root, algo: c.pickAlgo(len(recv)), direct: c.direct(len(recv))}
+	k := call{kind: kBroadcast, dt: dt, count: count, root: root, algo: c.pickAlgo(kBroadcast, len(recv)), direct: c.direct(len(recv))}
 	if err := c.collective(ctx, k); err != nil {
 		return err
 	}
@@ -393,7 +385,7 @@ func (c *Comm) Reduce(ctx context.Context, send, recv []byte, dt DataType, op Re
 		recv = send
 	}
 	count := len(send) / dt.Size()
-	k := call{kind: kReduce, dt: dt, op: op, count: count, root: root, algo: c.pickAlgo(len(send))}
+	k := call{kind: kReduce, dt: dt, op: op, count: count, root: root, algo: c.pickAlgo(kReduce, len(send))}
 	if err := c.collective(ctx, k); err != nil {
 		return err
 	}

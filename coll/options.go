@@ -22,10 +22,16 @@ type Options struct {
 	// root, all ranks joining, connection setup, and the wait for all
 	// ranks in Close. RDMAKIT_COLL_BOOTSTRAP_TIMEOUT; default 2m.
 	BootstrapTimeout time.Duration
-	// Algorithm forces ring or tree for AllReduce, Broadcast and Reduce.
-	// RDMAKIT_COLL_ALGO (ring, tree, auto); default auto: tree below
-	// TreeThreshold bytes, ring above.
+	// Algorithm forces an algorithm (see Algorithm) for AllReduce,
+	// AllGather, ReduceScatter, Broadcast and Reduce. RDMAKIT_COLL_ALGO,
+	// else NCCL_ALGO when it names one of ring, tree or direct (other
+	// NCCL_ALGO values are ignored); default auto: the tuning table in
+	// tune.go, by collective, size, rank count and transport.
 	Algorithm Algorithm
+	// Protocol forces the small-message protocol (see Protocol).
+	// RDMAKIT_COLL_PROTO, else NCCL_PROTO when it names LL, LL128 or
+	// Simple; default auto (LL where it applies).
+	Protocol Protocol
 	// TreeThreshold is the message size (bytes) below which auto picks
 	// the tree algorithms. RDMAKIT_COLL_TREE_THRESHOLD; default 64 KiB.
 	TreeThreshold int
@@ -55,7 +61,10 @@ type Options struct {
 	// IPv4-mapped RoCE v2 GID matching the peer's (see transport/ibverbs).
 	GIDIndex string
 	// Channels is the number of QP pairs to each peer over which large
-	// messages are striped. RDMAKIT_COLL_CHANNELS; default 2.
+	// messages are striped (over tcp, each is its own TCP connection).
+	// RDMAKIT_COLL_CHANNELS, else NCCL_SOCKET_NTHREADS ×
+	// NCCL_NSOCKS_PERTHREAD when either is set (an unset one counts 1);
+	// default 2; at most 16.
 	Channels int
 	// ChunkSize is the size of one pipelined message (and of a slot of a
 	// receive FIFO). RDMAKIT_COLL_CHUNK (bytes, K/M suffixes); default
@@ -64,6 +73,14 @@ type Options struct {
 	// Slots is the depth of each receive FIFO (messages in flight per
 	// channel). RDMAKIT_COLL_SLOTS; default 8, at least 4.
 	Slots int
+
+	// Bind pins each rank's process to a core: "core" binds the k-th rank
+	// of a host (by rank) to the k-th CPU it may run on, as Open MPI does
+	// by default when the ranks do not outnumber the cores (with more
+	// ranks than cores nothing is bound); "none" leaves placement to the
+	// OS. It affects the whole process, every goroutine in it.
+	// RDMAKIT_COLL_BIND; default none.
+	Bind string
 
 	// hcaLenient: HCA came from NCCL_IB_HCA, whose devices may be absent.
 	hcaLenient bool
@@ -96,6 +113,9 @@ const (
 	EnvTimeout          = "RDMAKIT_COLL_TIMEOUT"
 	EnvBootstrapTimeout = "RDMAKIT_COLL_BOOTSTRAP_TIMEOUT"
 	EnvAlgo             = "RDMAKIT_COLL_ALGO"
+	EnvProto            = "RDMAKIT_COLL_PROTO"
+	EnvNCCLAlgo         = "NCCL_ALGO"
+	EnvNCCLProto        = "NCCL_PROTO"
 	EnvTreeThreshold    = "RDMAKIT_COLL_TREE_THRESHOLD"
 	EnvTransport        = "RDMAKIT_COLL_TRANSPORT"
 	EnvChannels         = "RDMAKIT_COLL_CHANNELS"
@@ -103,13 +123,19 @@ const (
 	EnvSlots            = "RDMAKIT_COLL_SLOTS"
 	// EnvHCA and EnvGIDIndex select the RDMA device and GID index;
 	// NCCL's variables are read when they are not set.
-	EnvHCA          = "RDMAKIT_COLL_HCA"
-	EnvGIDIndex     = "RDMAKIT_COLL_GID_INDEX"
-	EnvNCCLHCA      = "NCCL_IB_HCA"
-	EnvNCCLGIDIndex = "NCCL_IB_GID_INDEX"
+	EnvHCA      = "RDMAKIT_COLL_HCA"
+	EnvGIDIndex = "RDMAKIT_COLL_GID_INDEX"
+	EnvNCCLHCA  = "NCCL_IB_HCA"
+	// NCCL's socket-transport knobs; their product gives Channels when
+	// EnvChannels is not set.
+	EnvNCCLSocketThreads = "NCCL_SOCKET_NTHREADS"
+	EnvNCCLNSocks        = "NCCL_NSOCKS_PERTHREAD"
+	EnvNCCLGIDIndex      = "NCCL_IB_GID_INDEX"
 	// EnvSpin is how long a wait spins before it starts yielding the CPU
-	// (default 50µs, 5µs with tcp peers, 2µs with more ranks than cores).
+	// (default 10µs, 5µs with tcp peers, 2µs with more ranks than cores).
 	EnvSpin = "RDMAKIT_COLL_SPIN"
+	// EnvBind pins ranks to cores (Options.Bind).
+	EnvBind = "RDMAKIT_COLL_BIND"
 )
 
 // Resolve returns the options as a communicator would use them: zero
@@ -135,10 +161,24 @@ func (o Options) resolve() (Options, error) {
 			if o.Algorithm, err = ParseAlgorithm(s); err != nil {
 				return o, fmt.Errorf("%s: %w", EnvAlgo, err)
 			}
+		} else if a, err := ParseAlgorithm(os.Getenv(EnvNCCLAlgo)); err == nil {
+			o.Algorithm = a // NCCL's lists and GPU-only names: auto
 		}
 	}
-	if o.Algorithm > AlgoTree {
+	if o.Algorithm > AlgoDirect {
 		return o, fmt.Errorf("%w: algorithm %d", ErrInvalidArgument, o.Algorithm)
+	}
+	if o.Protocol == ProtoAuto {
+		if s := os.Getenv(EnvProto); s != "" {
+			if o.Protocol, err = ParseProtocol(s); err != nil {
+				return o, fmt.Errorf("%s: %w", EnvProto, err)
+			}
+		} else if p, err := ParseProtocol(os.Getenv(EnvNCCLProto)); err == nil {
+			o.Protocol = p
+		}
+	}
+	if o.Protocol > ProtoSimple {
+		return o, fmt.Errorf("%w: protocol %d", ErrInvalidArgument, o.Protocol)
 	}
 	if o.Transport == "" {
 		o.Transport = strings.ToLower(os.Getenv(EnvTransport))
@@ -149,6 +189,16 @@ func (o Options) resolve() (Options, error) {
 	case "shm", "tcp", roceTransport, rdmaTransport:
 	default:
 		return o, fmt.Errorf("%w: transport %q (auto, shm, tcp, roce or ibverbs)", ErrInvalidArgument, o.Transport)
+	}
+	if o.Bind == "" {
+		o.Bind = strings.ToLower(strings.TrimSpace(os.Getenv(EnvBind)))
+	}
+	switch o.Bind {
+	case "", "none":
+		o.Bind = "none"
+	case "core":
+	default:
+		return o, fmt.Errorf("%w: bind %q (core or none)", ErrInvalidArgument, o.Bind)
 	}
 	if o.HCA == "" {
 		if o.HCA = os.Getenv(EnvHCA); o.HCA == "" {
@@ -170,6 +220,11 @@ func (o Options) resolve() (Options, error) {
 	}
 	if _, err := o.gidIndex(); err != nil {
 		return o, err
+	}
+	if o.Channels == 0 && os.Getenv(EnvChannels) == "" {
+		if o.Channels, err = ncclSockets(); err != nil {
+			return o, err
+		}
 	}
 	for _, f := range []struct {
 		v   *int
@@ -197,6 +252,27 @@ func (o Options) resolve() (Options, error) {
 		return o, fmt.Errorf("%w: chunk %d bytes × %d slots is too large", ErrInvalidArgument, o.ChunkSize, o.Slots)
 	}
 	return o, nil
+}
+
+// ncclSockets is NCCL_SOCKET_NTHREADS × NCCL_NSOCKS_PERTHREAD, or 0 when
+// neither is set.
+func ncclSockets() (int, error) {
+	n, set := 1, false
+	for _, name := range []string{EnvNCCLSocketThreads, EnvNCCLNSocks} {
+		s := os.Getenv(name)
+		if s == "" {
+			continue
+		}
+		v, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || v < 1 || v > maxChannels {
+			return 0, fmt.Errorf("%w: %s=%q: want 1..%d", ErrInvalidArgument, name, s, maxChannels)
+		}
+		n, set = n*v, true
+	}
+	if !set {
+		return 0, nil
+	}
+	return n, nil
 }
 
 func envDuration(name string, def time.Duration) (time.Duration, error) {

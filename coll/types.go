@@ -140,17 +140,25 @@ func ParseRedOp(s string) (RedOp, error) {
 	return 0, fmt.Errorf("%w: unknown reduction %q", ErrInvalidArgument, s)
 }
 
-// Algorithm selects how AllReduce, Broadcast and Reduce move data.
+// Algorithm selects how AllReduce, AllGather, ReduceScatter, Broadcast
+// and Reduce move data.
 type Algorithm uint8
 
 // Algorithms. AlgoRing pipelines chunks around a ring (bandwidth-optimal);
 // AlgoTree uses recursive doubling for AllReduce and binomial trees for
-// Broadcast and Reduce (fewer steps, for small messages). AllGather,
-// ReduceScatter and AllToAll always use the ring or direct exchange.
+// Broadcast and Reduce (fewer steps, for small messages); AlgoDirect sends
+// every rank's part straight to every rank that needs it, in one step (for
+// small messages among more than two ranks): AllReduce exchanges whole
+// vectors and every rank reduces them in rank order, AllGather and
+// ReduceScatter send each block to its destination at once. AllGather and
+// ReduceScatter have no tree (AlgoTree means ring for them); Broadcast and
+// Reduce have no direct form (AlgoDirect means tree for them). AllToAll
+// always exchanges directly.
 const (
 	AlgoAuto Algorithm = iota
 	AlgoRing
 	AlgoTree
+	AlgoDirect
 )
 
 func (a Algorithm) String() string {
@@ -161,11 +169,14 @@ func (a Algorithm) String() string {
 		return "ring"
 	case AlgoTree:
 		return "tree"
+	case AlgoDirect:
+		return "direct"
 	}
 	return fmt.Sprintf("Algorithm(%d)", uint8(a))
 }
 
-// ParseAlgorithm parses ring, tree or auto (case-insensitive, as NCCL_ALGO).
+// ParseAlgorithm parses ring, tree, direct or auto (case-insensitive, as
+// NCCL_ALGO).
 func ParseAlgorithm(s string) (Algorithm, error) {
 	switch strings.ToLower(strings.TrimSpace(s)) {
 	case "", "auto":
@@ -174,6 +185,47 @@ func ParseAlgorithm(s string) (Algorithm, error) {
 		return AlgoRing, nil
 	case "tree", "rd", "recursive_doubling":
 		return AlgoTree, nil
+	case "direct", "one_shot", "oneshot":
+		return AlgoDirect, nil
 	}
-	return 0, fmt.Errorf("%w: unknown algorithm %q (ring, tree or auto)", ErrInvalidArgument, s)
+	return 0, fmt.Errorf("%w: unknown algorithm %q (ring, tree, direct or auto)", ErrInvalidArgument, s)
+}
+
+// Protocol selects how small messages travel between ranks of one host.
+type Protocol uint8
+
+// Protocols. ProtoLL packs messages of up to 128 bytes on shm into 8-byte
+// words that carry their own flag (one write and one poll per message);
+// ProtoSimple writes the data and then a separate flag word. Auto is LL
+// where it applies. Every rank must use the same protocol.
+const (
+	ProtoAuto Protocol = iota
+	ProtoLL
+	ProtoSimple
+)
+
+func (p Protocol) String() string {
+	switch p {
+	case ProtoAuto:
+		return "auto"
+	case ProtoLL:
+		return "LL"
+	case ProtoSimple:
+		return "Simple"
+	}
+	return fmt.Sprintf("Protocol(%d)", uint8(p))
+}
+
+// ParseProtocol parses LL, Simple or auto (case-insensitive, as
+// NCCL_PROTO; LL128 is taken as LL).
+func ParseProtocol(s string) (Protocol, error) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "", "auto":
+		return ProtoAuto, nil
+	case "ll", "ll128":
+		return ProtoLL, nil
+	case "simple":
+		return ProtoSimple, nil
+	}
+	return 0, fmt.Errorf("%w: unknown protocol %q (LL, Simple or auto)", ErrInvalidArgument, s)
 }

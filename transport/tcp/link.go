@@ -100,6 +100,7 @@ type link struct {
 	epoch    time.Time         // the engines' clock starts here
 	writeFn  func(fd uintptr) bool
 	readFn   func(fd uintptr) bool
+	busyPoll time.Duration // the reader's spin before it sleeps (0: none)
 	progress atomic.Uint64 // bytes moved either way, responses seen
 	// rdHeld counts READ and atomic responses queued and not yet taken
 	// into a batch: the responder engine counts them against
@@ -171,6 +172,7 @@ func newLink(d *qpDriver, peer qpAddr, ip net.IP, dialer bool, rqpsn psn, maxDes
 		wake:     make(chan struct{}, 1),
 		epoch:    time.Now(),
 		resp:     rcproto.NewResponder(rcproto.RespConfig{FirstPSN: rqpsn, MaxDestRdAtomic: maxDestRd}),
+		busyPoll: d.cd.busyPoll,
 	}
 	l.dialCtx, l.cancel = context.WithCancel(context.Background())
 	l.cond.L = &d.mu

@@ -59,7 +59,12 @@ func (driver) Open(dev verbs.DeviceInfo, opts vdriver.Options, ctx *soft.Context
 	if dev.Name != deviceName {
 		return nil, fmt.Errorf("%w: %q is not a tcp device", verbs.ErrNoDevice, dev.Name)
 	}
-	return openContext(ctx, opts.ListenAddr)
+	cd, err := openContext(ctx, opts.ListenAddr)
+	if err != nil {
+		return nil, err
+	}
+	cd.busyPoll = max(opts.TCPBusyPoll, 0)
+	return cd, nil
 }
 
 func listenAddr() string {
@@ -145,6 +150,9 @@ type ctxDriver struct {
 	port uint16
 	done chan struct{} // closed by Close
 	wg   sync.WaitGroup
+	// busyPoll is how long a reader spins before it sleeps (0: never);
+	// set once at Open.
+	busyPoll time.Duration
 
 	// mu guards qps, pending, handshakes, ready and closed.
 	mu         sync.Mutex

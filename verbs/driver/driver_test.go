@@ -3,6 +3,7 @@ package driver
 import (
 	"errors"
 	"testing"
+	"time"
 )
 
 func TestCheckModify(t *testing.T) {
@@ -145,5 +146,32 @@ func TestOptionsResolve(t *testing.T) {
 	}
 	if _, err := (Options{GIDIndex: 300, SetGIDIndex: true}).Resolve(); !errors.Is(err, ErrInvalidArgument) {
 		t.Fatal("GID index 300 accepted")
+	}
+}
+
+func TestOptionsTCPBusyPoll(t *testing.T) {
+	t.Setenv(EnvBusyPoll, "")
+	if o, err := (Options{}).Resolve(); err != nil || o.TCPBusyPoll != DefaultTCPBusyPoll {
+		t.Fatalf("default: %v, %v", o.TCPBusyPoll, err)
+	}
+	for val, want := range map[string]time.Duration{"0": -1, "0s": -1, "20us": 20 * time.Microsecond, "1ms": time.Millisecond} {
+		t.Setenv(EnvBusyPoll, val)
+		if o, err := (Options{}).Resolve(); err != nil || o.TCPBusyPoll != want {
+			t.Errorf("%s=%s: %v, %v; want %v", EnvBusyPoll, val, o.TCPBusyPoll, err, want)
+		}
+	}
+	// The field wins over the environment.
+	if o, err := (Options{TCPBusyPoll: -1}).Resolve(); err != nil || o.TCPBusyPoll != -1 {
+		t.Fatalf("explicit off: %v, %v", o.TCPBusyPoll, err)
+	}
+	for _, val := range []string{"x", "-5us", "2s", "50"} {
+		t.Setenv(EnvBusyPoll, val)
+		if _, err := (Options{}).Resolve(); !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("%s=%s accepted: %v", EnvBusyPoll, val, err)
+		}
+	}
+	t.Setenv(EnvBusyPoll, "")
+	if _, err := (Options{TCPBusyPoll: 2 * time.Second}).Resolve(); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatal("a 2s busy poll accepted")
 	}
 }

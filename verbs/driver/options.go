@@ -6,6 +6,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Environment variables that supply defaults for Options. They are read
@@ -15,7 +16,13 @@ const (
 	EnvArenaSize = "RDMAKIT_ARENA_SIZE"
 	EnvTCPAddr   = "RDMAKIT_TCP_ADDR"
 	EnvGIDIndex  = "RDMAKIT_IBV_GID_INDEX"
+	EnvBusyPoll  = "RDMAKIT_TCP_BUSY_POLL"
 )
+
+// DefaultTCPBusyPoll is how long the tcp transport's reader spins on
+// non-blocking reads before it sleeps in the network poller, when neither
+// Options.TCPBusyPoll nor RDMAKIT_TCP_BUSY_POLL says otherwise.
+const DefaultTCPBusyPoll = 50 * time.Microsecond
 
 // DefaultArenaSize is the address space a software context reserves for
 // AllocMR memory and its queues (sparse: only what is used costs memory).
@@ -39,6 +46,14 @@ type Options struct {
 	// same address family).
 	GIDIndex    int
 	SetGIDIndex bool
+	// TCPBusyPoll is how long the tcp transport's reader (one per
+	// connected QP) keeps polling its socket without sleeping once it has
+	// nothing to read, before it parks in Go's network poller: a message
+	// that arrives within it is handled without a thread wake-up, at the
+	// price of up to that much CPU time per idle period. 0:
+	// RDMAKIT_TCP_BUSY_POLL if set (a duration such as 50us, 1ms, or 0 for
+	// off), else DefaultTCPBusyPoll; negative: off.
+	TCPBusyPoll time.Duration
 }
 
 // Resolve applies the environment's defaults to the fields left at zero
@@ -71,6 +86,25 @@ func (o Options) Resolve() (Options, error) {
 			}
 			o.GIDIndex, o.SetGIDIndex = v, true
 		}
+	}
+	if o.TCPBusyPoll == 0 {
+		o.TCPBusyPoll = DefaultTCPBusyPoll
+		if s := os.Getenv(EnvBusyPoll); s != "" {
+			v, err := time.ParseDuration(s)
+			if s == "0" {
+				v, err = 0, nil
+			}
+			if err != nil || v < 0 || v > time.Second {
+				return o, fmt.Errorf("%w: %s=%q: want a duration from 0 (off) to 1s, such as 50us", ErrInvalidArgument, EnvBusyPoll, s)
+			}
+			o.TCPBusyPoll = v
+			if v == 0 {
+				o.TCPBusyPoll = -1
+			}
+		}
+	}
+	if o.TCPBusyPoll > time.Second {
+		return o, fmt.Errorf("%w: TCP busy poll %v (at most 1s)", ErrInvalidArgument, o.TCPBusyPoll)
 	}
 	if o.SetGIDIndex && (o.GIDIndex < 0 || o.GIDIndex > 255) {
 		return o, fmt.Errorf("%w: GID index %d (0..255)", ErrInvalidArgument, o.GIDIndex)
