@@ -11,6 +11,7 @@ package soft
 // completions, so every posted work request completes exactly once.
 
 import (
+	"encoding/binary"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -649,6 +650,36 @@ func (qp *QP) CompleteSend(st Status) bool {
 		return false
 	}
 	return true
+}
+
+// FinishSend completes the oldest send entry as a reliable-connection
+// engine reported it (rcproto's completion action): wr is the entry's
+// position, st the engine's status and value an atomic's original value,
+// written into the entry's 8-byte result buffer through ltab (the QP's
+// own key table) so that a Dereg racing with it is seen.
+//
+// ok is true when the entry completed and the QP goes on. Otherwise the
+// transport must stop executing entries, and then, when fail is not
+// StatusSuccess, fail the head with it (CompleteSend(fail)); fail is
+// StatusSuccess when the QP went to ERROR under the completion (a
+// transition in progress).
+func (qp *QP) FinishSend(ltab keytab.Table, wr uint64, st Status, value uint64) (fail Status, ok bool) {
+	if st != StatusSuccess {
+		return st, false
+	}
+	if wr != qp.SendHead() {
+		// The engine and the send queue disagree: a bug, not the peer's
+		// doing; fail rather than complete the wrong entry.
+		return driver.StatusGeneral, false
+	}
+	if e := qp.SendEntry(wr); e.WR.Opcode.IsAtomic() && len(e.Local) == 1 && len(e.Local[0]) == 8 {
+		if !ltab.EnterOpt(e.Pins[0]) {
+			return StatusLocalProtection, false // the result buffer was deregistered meanwhile
+		}
+		binary.LittleEndian.PutUint64(e.Local[0], value)
+		ltab.LeaveOpt(e.Pins[0])
+	}
+	return StatusSuccess, qp.CompleteSend(StatusSuccess)
 }
 
 // Target returns the QP's own responder view (for transports whose

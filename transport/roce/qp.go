@@ -12,7 +12,6 @@ package roce
 // goroutine, under rxMu.
 
 import (
-	"encoding/binary"
 	"fmt"
 	"net"
 	"net/netip"
@@ -311,24 +310,12 @@ func (d *qpDriver) applyLocked(acts []rcproto.Action) (place rcproto.Action, ok 
 			if d.stopped {
 				return place, false
 			}
-			if a.Status != rc.Success {
-				d.failHeadLocked(verbs.Status(a.Status))
-				return place, false
-			}
-			if a.WR != qp.SendHead() {
-				d.failHeadLocked(verbs.StatusGeneral)
-				return place, false
-			}
-			if e := qp.SendEntry(a.WR); e.WR.Opcode.IsAtomic() && len(e.Local) == 1 && len(e.Local[0]) == 8 {
-				if !d.ltab.EnterOpt(e.Pins[0]) {
-					d.failHeadLocked(verbs.StatusLocalProtection)
-					return place, false
+			if fail, ok := qp.FinishSend(d.ltab, a.WR, verbs.Status(a.Status), a.Value); !ok {
+				if fail != verbs.StatusSuccess {
+					d.failHeadLocked(fail)
+				} else {
+					d.stopLocked()
 				}
-				binary.LittleEndian.PutUint64(e.Local[0], a.Value)
-				d.ltab.LeaveOpt(e.Pins[0])
-			}
-			if !qp.CompleteSend(verbs.StatusSuccess) {
-				d.stopLocked()
 				return place, false
 			}
 		case rcproto.ActError:

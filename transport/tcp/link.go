@@ -31,7 +31,6 @@ package tcp
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"net"
 	"sync"
@@ -244,29 +243,13 @@ func (l *link) applyLocked(acts []rcproto.Action) (place rcproto.Action, ok bool
 			if l.detached {
 				return place, false
 			}
-			if a.Status != rc.Success {
-				l.failHeadLocked(verbs.Status(a.Status))
-				return place, false
-			}
-			if a.WR != qp.SendHead() {
-				// The engine and the send queue disagree: a bug, not the
-				// peer's doing; fail rather than complete the wrong entry.
-				l.failHeadLocked(verbs.StatusGeneral)
-				return place, false
-			}
-			if e := qp.SendEntry(a.WR); e.WR.Opcode.IsAtomic() && len(e.Local) == 1 && len(e.Local[0]) == 8 {
-				if !l.ltab.EnterOpt(e.Pins[0]) {
-					// The result buffer was deregistered meanwhile.
-					l.failHeadLocked(verbs.StatusLocalProtection)
-					return place, false
+			if fail, ok := qp.FinishSend(l.ltab, a.WR, verbs.Status(a.Status), a.Value); !ok {
+				if fail != verbs.StatusSuccess {
+					l.failHeadLocked(fail)
+				} else {
+					l.detached = true
+					l.stopLocked()
 				}
-				binary.LittleEndian.PutUint64(e.Local[0], a.Value)
-				l.ltab.LeaveOpt(e.Pins[0])
-			}
-			if !qp.CompleteSend(verbs.StatusSuccess) {
-				// The QP went to ERROR under us (a transition in progress).
-				l.detached = true
-				l.stopLocked()
 				return place, false
 			}
 		case rcproto.ActError:
