@@ -24,6 +24,7 @@ import (
 	"github.com/rdmakit/rdmakit/transfer"
 	"github.com/rdmakit/rdmakit/transfer/internal/rpc"
 	"github.com/rdmakit/rdmakit/verbs"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // canLocal: the master serves same-host clients on an abstract Unix
@@ -37,6 +38,7 @@ const (
 	DefaultLeaseTTL    = 10 * time.Second
 	DefaultPutTTL      = time.Minute
 	DefaultHolderTTL   = 5 * time.Second
+	DefaultMasterTTL   = 5 * time.Second
 	// MaxReplicas bounds Config.Replicas.
 	MaxReplicas = 8
 )
@@ -80,6 +82,10 @@ type Config struct {
 	// HolderTTL: a store node silent that long is dropped with its values
 	// (default DefaultHolderTTL).
 	HolderTTL time.Duration
+	// MasterTTL is the TTL of the etcd session lease of a node that runs
+	// for master (etcd metadata only; default DefaultMasterTTL, whole
+	// seconds): a master gone for that long is replaced.
+	MasterTTL time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -104,6 +110,9 @@ func (c Config) withDefaults() Config {
 	if c.HolderTTL <= 0 {
 		c.HolderTTL = DefaultHolderTTL
 	}
+	if c.MasterTTL <= 0 {
+		c.MasterTTL = DefaultMasterTTL
+	}
 	if c.Transfer.ArenaSize == 0 {
 		c.Transfer.ArenaSize = c.Capacity + 256<<20
 	}
@@ -124,9 +133,17 @@ type Buf struct {
 type Store struct {
 	cfg  Config
 	node *transfer.Node
-	cl   *rpc.Client
 	srv  *rpc.Server // the master's service, on the node that runs it
 	svc  *service
+
+	// With the metadata in etcd: where to find the master.
+	etcd    *clientv3.Client
+	etcdPfx string
+
+	// clMu guards cl and old.
+	clMu sync.Mutex
+	cl   *rpc.Client   // to the master
+	old  []*rpc.Client // to masters before a failover (closed at Close)
 
 	// From the master.
 	leaseTTL, putTTL, holderTTL time.Duration
@@ -174,7 +191,11 @@ func Open(ctx context.Context, cfg Config) (_ *Store, err error) {
 			s.Close()
 		}
 	}()
-	if cfg.Addr == "" {
+	if transfer.IsEtcdURL(cfg.Addr) || cfg.Addr == "" && transfer.IsEtcdURL(tc.MetadataAddr) {
+		if err := s.openHA(ctx, tc); err != nil {
+			return nil, err
+		}
+	} else if cfg.Addr == "" {
 		host, _, err := net.SplitHostPort(cfg.ListenAddr)
 		if err != nil {
 			return nil, fmt.Errorf("kv: ListenAddr %q: %w", cfg.ListenAddr, err)
@@ -250,7 +271,7 @@ func (s *Store) info(ctx context.Context) error {
 	s.leaseTTL, s.putTTL, s.holderTTL, s.maxKey, s.maxValue = ms(lt), ms(pt), ms(ht), int(mk), mv
 	s.metaAddr = meta
 	if local != "" {
-		s.cl.SetLocal(local)
+		s.client().SetLocal(local)
 	}
 	return nil
 }
@@ -324,21 +345,47 @@ func (s *Store) call(ctx context.Context, req []byte) (*frame.Decoder, error) {
 	if len(req) > 1 {
 		msg = append(msg, req[3:]...)
 	}
-	p, err := s.cl.Call(ctx, msg)
-	if err != nil {
-		if errors.Is(err, rpc.ErrClosed) {
-			return nil, ErrClosed
+	start := time.Now()
+	for try := 0; ; try++ {
+		cl := s.client()
+		p, err := cl.Call(ctx, msg)
+		if err == nil {
+			d := frame.NewDecoder(p)
+			if err = decodeErr(&d); err == nil {
+				if d.Err() != nil {
+					return nil, fmt.Errorf("%w: malformed answer", rpc.ErrProtocol)
+				}
+				return &d, nil
+			}
+			if !errors.Is(err, errRetry) {
+				return nil, err
+			}
+		} else {
+			if errors.Is(err, rpc.ErrClosed) {
+				return nil, ErrClosed
+			}
+			err = fmt.Errorf("kv: master %s: %w", cl.Addr(), err)
 		}
-		return nil, fmt.Errorf("kv: master %s: %w", s.cl.Addr(), err)
+		// The master went or is not the master: find it again through
+		// etcd and send the request again (every request is safe to
+		// send twice; see docs/transfer.md).
+		retry := errors.Is(err, errRetry)
+		if s.etcd == nil && !retry || ctx.Err() != nil || time.Since(start) > s.failoverBound() {
+			return nil, err
+		}
+		if s.etcd == nil {
+			// A master reached by its address, taking over: wait.
+			select {
+			case <-ctx.Done():
+				return nil, err
+			case <-time.After(min(10*time.Millisecond<<min(try, 5), 200*time.Millisecond)):
+			}
+			continue
+		}
+		if rerr := s.findMaster(ctx, cl, try); rerr != nil {
+			return nil, fmt.Errorf("%w (finding the master again: %w)", err, rerr)
+		}
 	}
-	d := frame.NewDecoder(p)
-	if err := decodeErr(&d); err != nil {
-		return nil, err
-	}
-	if d.Err() != nil {
-		return nil, fmt.Errorf("%w: malformed answer", rpc.ErrProtocol)
-	}
-	return &d, nil
 }
 
 func (s *Store) release(ids ...uint64) {
@@ -349,7 +396,13 @@ func (s *Store) release(ids ...uint64) {
 
 // Addr returns the master's address (what other nodes pass as
 // Config.Addr).
-func (s *Store) Addr() string { return s.cl.Addr() }
+func (s *Store) Addr() string { return s.client().Addr() }
+
+func (s *Store) client() *rpc.Client {
+	s.clMu.Lock()
+	defer s.clMu.Unlock()
+	return s.cl
+}
 
 // Node returns the store node's transfer engine node.
 func (s *Store) Node() *transfer.Node { return s.node }
@@ -368,15 +421,23 @@ func (s *Store) Close() error {
 	}
 	s.closed = true
 	s.stMu.Unlock()
-	if s.pool != nil && s.cl != nil {
+	if s.pool != nil && s.client() != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		s.call(ctx, frame.AppendString8([]byte{opLeave, 0, 0}, s.node.Name()))
 		cancel()
 	}
 	s.cancel()
 	s.wg.Wait()
+	s.clMu.Lock()
 	if s.cl != nil {
 		s.cl.Close()
+	}
+	for _, c := range s.old {
+		c.Close()
+	}
+	s.clMu.Unlock()
+	if s.etcd != nil {
+		s.etcd.Close()
 	}
 	if s.srv != nil {
 		s.srv.Close()
