@@ -70,7 +70,9 @@ func startHA(t *testing.T, url, name, dev string, capacity int64) (*os.Process, 
 // through etcd. The master's process is killed: another node becomes
 // master, loads the table from etcd, and the client finds it: every key
 // held by a survivor reads back byte-exact, the dead node's keys are
-// ErrNotFound once its holder TTL has passed, and new Puts work.
+// ErrNotFound once its holder TTL has passed, and new Puts work; a writer
+// overwriting keys and a reader checking each value whole run across the
+// failover.
 func TestFailover(t *testing.T) {
 	e, url, _ := etcdtest.Start(t, t.TempDir(), 0)
 	defer e.Close()
@@ -112,6 +114,43 @@ func TestFailover(t *testing.T) {
 					t.Fatalf("not spread: %+v", st)
 				}
 			}
+			// A writer overwrites hot keys and a reader checks every value
+			// it gets whole, across the failover.
+			stop := make(chan struct{})
+			done := make(chan error, 2)
+			go func() {
+				for st := uint64(1); ; st++ {
+					select {
+					case <-stop:
+						done <- nil
+						return
+					default:
+					}
+					cl.Put(ctx, []byte(fmt.Sprintf("hot%d", st%4)), value(st, 32<<10))
+				}
+			}()
+			torn := 0
+			go func() {
+				hot := [][]byte{[]byte("hot0"), []byte("hot1"), []byte("hot2"), []byte("hot3")}
+				for {
+					select {
+					case <-stop:
+						if torn > 0 {
+							done <- fmt.Errorf("%d torn values", torn)
+						}
+						done <- nil
+						return
+					default:
+					}
+					res, _ := cl.GetBatch(ctx, hot)
+					for _, v := range res {
+						if v != nil && (len(v) != 32<<10 || !checkValue(v)) {
+							torn++
+						}
+					}
+				}
+			}()
+			time.Sleep(200 * time.Millisecond)
 			pa.Kill()
 			deadline := time.Now().Add(20 * time.Second)
 			for {
@@ -131,6 +170,12 @@ func TestFailover(t *testing.T) {
 					t.Fatalf("after the master's kill: %d of %d keys missing (%d were on it), master %s: %v", nf, len(keys), onA, cl.Addr(), gerr)
 				}
 				time.Sleep(100 * time.Millisecond)
+			}
+			close(stop)
+			for range 2 {
+				if err := <-done; err != nil {
+					t.Fatal(err)
+				}
 			}
 			if err := cl.Put(ctx, []byte("after"), vals[1]); err != nil {
 				t.Fatal(err)
