@@ -17,8 +17,9 @@ package kv
 // takeOver for what keeps reads whole across a failover.
 //
 // Goroutines: campaign (one per node that may be master) runs the
-// election, the table's load and the session's keep-alive; the journal is
-// flushed by the rpc handler goroutine under the master's lock.
+// election, the table's load and the session's keep-alive; watchMaster
+// (one per node) follows the election; the journal is flushed by the rpc
+// handler goroutine under the master's lock.
 
 import (
 	"context"
@@ -380,21 +381,19 @@ func (s *Store) openHA(ctx context.Context, tc transfer.Config) (err error) {
 	if s.etcd, s.etcdPfx, err = etcdClient(url); err != nil {
 		return err
 	}
+	if cfg.Addr == "" {
+		if tc, err = s.masterListen(tc); err != nil {
+			return err
+		}
+	}
 	if s.node, err = transfer.New(ctx, tc); err != nil {
 		return err
 	}
 	if cfg.Addr == "" {
 		m := newMaster(cfg.LeaseTTL, cfg.PutTTL)
 		m.ha = &haMaster{cli: s.etcd, pfx: s.etcdPfx, ttl: cfg.MasterTTL, deposed: make(chan struct{}, 1), ops: map[string]*string{}}
-		s.svc = &service{m: m, metadata: url, maxKey: cfg.MaxKeyLen, maxValue: uint64(cfg.MaxValueLen), maxRepl: MaxReplicas,
-			leaseTTL: cfg.LeaseTTL, putTTL: cfg.PutTTL, holderTTL: cfg.HolderTTL}
-		if s.srv, err = rpc.Listen(cfg.ListenAddr, kvProto, tc.Secret, tc.Insecure && len(tc.Secret) == 0, s.svc.handle); err != nil {
-			return fmt.Errorf("kv: master: %w", err)
-		}
-		if canLocal {
-			if s.svc.local, err = s.srv.ServeLocal(); err != nil {
-				return fmt.Errorf("kv: master: %w", err)
-			}
+		if err := s.serveMaster(m, url, tc); err != nil {
+			return err
 		}
 		addr := s.srv.Addr() + "\n" + s.svc.local
 		s.wg.Add(1)
@@ -406,7 +405,21 @@ func (s *Store) openHA(ctx context.Context, tc transfer.Config) (err error) {
 	if err := s.findMaster(ctx, nil, 0); err != nil {
 		return err
 	}
+	s.wg.Add(1)
+	go s.watchMaster()
 	return s.info(ctx)
+}
+
+// watchMaster points the client at the master each time the election
+// changes, so that requests with short deadlines (heartbeats) do not
+// spend them on a master that went.
+func (s *Store) watchMaster() {
+	defer s.wg.Done()
+	for range s.etcd.Watch(s.ctx, s.etcdPfx+"master/", clientv3.WithPrefix()) {
+		ctx, cancel := context.WithTimeout(s.ctx, s.failoverBound())
+		s.findMaster(ctx, nil, 0)
+		cancel()
+	}
 }
 
 // failoverBound is how long a request keeps looking for a master: the

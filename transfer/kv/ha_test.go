@@ -5,17 +5,21 @@ package kv
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/rdmakit/rdmakit/internal/frame"
 	"github.com/rdmakit/rdmakit/internal/reexec"
 	"github.com/rdmakit/rdmakit/transfer/internal/etcdtest"
+	"github.com/rdmakit/rdmakit/transfer/internal/rpc"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -84,7 +88,7 @@ func TestFailover(t *testing.T) {
 			defer pa.Kill()
 			startHA(t, u, "b-"+dev, dev, 16<<20)
 			startHA(t, u, "c-"+dev, dev, 16<<20)
-			c := Config{Addr: u, Transfer: tcfg(dev)}
+			c := Config{Addr: u, Transfer: tcfg(dev), MasterTTL: 2 * time.Second}
 			cl, err := Open(ctx, c)
 			if err != nil {
 				t.Fatal(err)
@@ -265,6 +269,81 @@ func TestStaleMaster(t *testing.T) {
 		t.Fatalf("s1's client at %s, master %s", s1.Addr(), s2.srv.Addr())
 	}
 	if err := s2.Put(ctx, []byte("k2"), v); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestPausedMaster: the master's process is stopped (SIGSTOP) until
+// another node has taken over, then continued: the old master, its
+// session lease gone, answers "not the master" (even a put sent straight
+// to it, which leaves no trace in etcd), the new master stays, and the
+// store serves and takes values.
+func TestPausedMaster(t *testing.T) {
+	e, url, _ := etcdtest.Start(t, t.TempDir(), 0)
+	t.Cleanup(func() { e.Close() }) // after the children's
+	ctx := context.Background()
+	pa, addrA := startHA(t, url, "pa", "shm0", 8<<20)
+	defer pa.Kill()
+	_, addrB := startHA(t, url, "pb", "shm0", 8<<20)
+	cl, err := Open(ctx, Config{Addr: url, Transfer: tcfg("shm0"), MasterTTL: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if cl.Addr() != addrA {
+		t.Fatalf("master %s, want %s", cl.Addr(), addrA)
+	}
+	v := value(11, 50<<10)
+	if err := cl.Put(ctx, []byte("k0"), v); err != nil {
+		t.Fatal(err)
+	}
+	if err := pa.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer pa.Signal(syscall.SIGCONT)
+	if err := cl.Put(ctx, []byte("k1"), v); err != nil {
+		t.Fatal(err)
+	}
+	if cl.Addr() != addrB {
+		t.Fatalf("master %s after the pause, want %s", cl.Addr(), addrB)
+	}
+	if err := pa.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	// Straight to the old master: a put.
+	raw := rpc.NewClient(addrA, kvProto, secret)
+	defer raw.Close()
+	req := []byte{opPut, 0, 0, 1, 0, 1}
+	req = frame.AppendBytes16(req, []byte("stale"))
+	req = frame.AppendUint64(req, 4096)
+	p, err := raw.Call(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := frame.NewDecoder(p)
+	if err := decodeErr(&d); !errors.Is(err, errRetry) {
+		t.Fatalf("old master answered a put: %v", err)
+	}
+	// (A put of k1 that the old master placed as it stopped may be there,
+	// to be taken back after PutTTL.)
+	r, err := cl.etcd.Get(ctx, cl.etcdPfx+"p/", clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kv := range r.Kvs {
+		var rec record
+		if json.Unmarshal(kv.Value, &rec) != nil || string(rec.Key) == "stale" {
+			t.Fatalf("put in progress in etcd: %s %q", kv.Key, kv.Value)
+		}
+	}
+	time.Sleep(time.Second)
+	if addr, _ := leader(ctx, cl.etcd, cl.etcdPfx); !strings.HasPrefix(addr, addrB+"\n") {
+		t.Fatalf("leader %q, want %s", addr, addrB)
+	}
+	if got, err := cl.Get(ctx, []byte("k1")); err != nil || string(got) != string(v) {
+		t.Fatalf("k1: %v", err)
+	}
+	if err := cl.Put(ctx, []byte("k2"), v); err != nil {
 		t.Fatal(err)
 	}
 }

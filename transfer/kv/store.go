@@ -24,6 +24,7 @@ import (
 	"github.com/rdmakit/rdmakit/transfer"
 	"github.com/rdmakit/rdmakit/transfer/internal/rpc"
 	"github.com/rdmakit/rdmakit/verbs"
+
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -84,7 +85,9 @@ type Config struct {
 	HolderTTL time.Duration
 	// MasterTTL is the TTL of the etcd session lease of a node that runs
 	// for master (etcd metadata only; default DefaultMasterTTL, whole
-	// seconds): a master gone for that long is replaced.
+	// seconds): a master gone for that long is replaced. A node that
+	// finds the master through etcd waits that long for an answer before
+	// it looks for the master again.
 	MasterTTL time.Duration
 }
 
@@ -196,35 +199,17 @@ func Open(ctx context.Context, cfg Config) (_ *Store, err error) {
 			return nil, err
 		}
 	} else if cfg.Addr == "" {
-		host, _, err := net.SplitHostPort(cfg.ListenAddr)
-		if err != nil {
-			return nil, fmt.Errorf("kv: ListenAddr %q: %w", cfg.ListenAddr, err)
-		}
-		// The transfer metadata: etcd if given, else this node's
-		// embedded table; clients learn which from the master.
-		if !transfer.IsEtcdURL(tc.MetadataAddr) {
-			tc.MetadataAddr = ""
-		}
-		tc.Metadata = nil
-		if tc.ListenAddr == "" {
-			tc.ListenAddr = net.JoinHostPort(host, "0")
+		// The transfer metadata: this node's embedded table; clients
+		// learn its address from the master.
+		tc.MetadataAddr, tc.Metadata = "", nil
+		if tc, err = s.masterListen(tc); err != nil {
+			return nil, err
 		}
 		if s.node, err = transfer.New(ctx, tc); err != nil {
 			return nil, err
 		}
-		meta := tc.MetadataAddr
-		if meta == "" {
-			meta = s.node.Addr()
-		}
-		s.svc = &service{m: newMaster(cfg.LeaseTTL, cfg.PutTTL), metadata: meta, maxKey: cfg.MaxKeyLen,
-			maxValue: uint64(cfg.MaxValueLen), maxRepl: MaxReplicas, leaseTTL: cfg.LeaseTTL, putTTL: cfg.PutTTL, holderTTL: cfg.HolderTTL}
-		if s.srv, err = rpc.Listen(cfg.ListenAddr, kvProto, tc.Secret, tc.Insecure && len(tc.Secret) == 0, s.svc.handle); err != nil {
-			return nil, fmt.Errorf("kv: master: %w", err)
-		}
-		if canLocal {
-			if s.svc.local, err = s.srv.ServeLocal(); err != nil {
-				return nil, fmt.Errorf("kv: master: %w", err)
-			}
+		if err := s.serveMaster(newMaster(cfg.LeaseTTL, cfg.PutTTL), s.node.Addr(), tc); err != nil {
+			return nil, err
 		}
 		s.cl = rpc.NewClient(s.srv.Addr(), kvProto, tc.Secret)
 		if err := s.info(ctx); err != nil {
@@ -254,6 +239,37 @@ func Open(ctx context.Context, cfg Config) (_ *Store, err error) {
 	s.wg.Add(1)
 	go s.releaser()
 	return s, nil
+}
+
+// masterListen gives the transfer node of a node that runs (or may run)
+// the master the host of ListenAddr, unless it has a listen address.
+func (s *Store) masterListen(tc transfer.Config) (transfer.Config, error) {
+	host, _, err := net.SplitHostPort(s.cfg.ListenAddr)
+	if err != nil {
+		return tc, fmt.Errorf("kv: ListenAddr %q: %w", s.cfg.ListenAddr, err)
+	}
+	if tc.ListenAddr == "" {
+		tc.ListenAddr = net.JoinHostPort(host, "0")
+	}
+	return tc, nil
+}
+
+// serveMaster starts the master's service on ListenAddr (and, on Linux,
+// an abstract Unix socket); meta is the transfer metadata address it
+// tells clients.
+func (s *Store) serveMaster(m *master, meta string, tc transfer.Config) (err error) {
+	cfg := s.cfg
+	s.svc = &service{m: m, metadata: meta, maxKey: cfg.MaxKeyLen, maxValue: uint64(cfg.MaxValueLen), maxRepl: MaxReplicas,
+		leaseTTL: cfg.LeaseTTL, putTTL: cfg.PutTTL, holderTTL: cfg.HolderTTL}
+	if s.srv, err = rpc.Listen(cfg.ListenAddr, kvProto, tc.Secret, tc.Insecure && len(tc.Secret) == 0, s.svc.handle); err != nil {
+		return fmt.Errorf("kv: master: %w", err)
+	}
+	if canLocal {
+		if s.svc.local, err = s.srv.ServeLocal(); err != nil {
+			return fmt.Errorf("kv: master: %w", err)
+		}
+	}
+	return nil
 }
 
 // info asks the master for the metadata address and its limits.
@@ -348,7 +364,14 @@ func (s *Store) call(ctx context.Context, req []byte) (*frame.Decoder, error) {
 	start := time.Now()
 	for try := 0; ; try++ {
 		cl := s.client()
-		p, err := cl.Call(ctx, msg)
+		actx, acancel := ctx, context.CancelFunc(func() {})
+		if s.etcd != nil {
+			// A master that went silent (paused, cut off) is looked
+			// for again after MasterTTL.
+			actx, acancel = context.WithTimeout(ctx, s.cfg.MasterTTL)
+		}
+		p, err := cl.Call(actx, msg)
+		acancel()
 		if err == nil {
 			d := frame.NewDecoder(p)
 			if err = decodeErr(&d); err == nil {
