@@ -48,7 +48,10 @@ const (
 // documented on it.
 type Config struct {
 	// Addr is the master's address; empty: this node runs the master
-	// (and the transfer metadata table), listening on ListenAddr.
+	// (and the transfer metadata table), listening on ListenAddr. With
+	// Transfer.MetadataAddr in etcd, empty means this node runs for
+	// master through etcd (ha.go). An etcd URL ("etcd://...") finds the
+	// master there, and again after a failover.
 	Addr string
 	// ListenAddr is where the master listens when Addr is empty (default
 	// "127.0.0.1:0"; Store.Addr tells the port).
@@ -60,11 +63,12 @@ type Config struct {
 	// (default 1, at most MaxReplicas).
 	Replicas int
 	// Transfer configures the node's transfer engine (name, devices,
-	// Secret or Insecure, ...). On the master's node, a MetadataAddr of
-	// etcd ("etcd://...") puts the transfer metadata there (other nodes
-	// learn it from the master); otherwise that node serves the embedded
-	// table. On other nodes Open sets MetadataAddr from the master. Its
-	// ArenaSize defaults to Capacity + 256 MiB.
+	// Secret or Insecure, ...). A MetadataAddr of etcd ("etcd://...")
+	// with Addr empty puts the transfer metadata and the master's table
+	// there and makes the node run for master; without it the master's
+	// node serves the embedded table. On nodes opened with the master's
+	// address Open sets MetadataAddr from the master. Its ArenaSize
+	// defaults to Capacity + 256 MiB.
 	Transfer transfer.Config
 
 	// The master's settings (used by the node that runs it).
