@@ -43,27 +43,37 @@ type etcdMeta struct {
 // IsEtcdURL reports whether a metadata address names etcd.
 func IsEtcdURL(addr string) bool { return strings.HasPrefix(addr, "etcd://") }
 
-// OpenEtcd returns Metadata stored in the etcd cluster of url
-// ("etcd://host:port,host:port[/prefix]"). It does not wait for etcd: the
-// first call fails if it cannot be reached.
-func OpenEtcd(url string) (Metadata, error) {
+// ParseEtcdURL splits an etcd URL ("etcd://host:port,host:port[/prefix]")
+// into its endpoints and its key prefix (ending in "/"; DefaultEtcdPrefix
+// when the URL has no path).
+func ParseEtcdURL(url string) (endpoints []string, prefix string, err error) {
 	if !IsEtcdURL(url) {
-		return nil, fmt.Errorf("transfer: %q is not an etcd:// URL", url)
+		return nil, "", fmt.Errorf("transfer: %q is not an etcd:// URL", url)
 	}
 	rest := strings.TrimPrefix(url, "etcd://")
-	prefix := DefaultEtcdPrefix
+	prefix = DefaultEtcdPrefix
 	if i := strings.IndexByte(rest, '/'); i >= 0 {
 		prefix = strings.TrimSuffix(rest[i:], "/") + "/"
 		rest = rest[:i]
 	}
-	var eps []string
 	for _, e := range strings.Split(rest, ",") {
 		if e != "" {
-			eps = append(eps, e)
+			endpoints = append(endpoints, e)
 		}
 	}
-	if len(eps) == 0 {
-		return nil, fmt.Errorf("transfer: %q names no etcd endpoint", url)
+	if len(endpoints) == 0 {
+		return nil, "", fmt.Errorf("transfer: %q names no etcd endpoint", url)
+	}
+	return endpoints, prefix, nil
+}
+
+// OpenEtcd returns Metadata stored in the etcd cluster of url
+// ("etcd://host:port,host:port[/prefix]"). It does not wait for etcd: the
+// first call fails if it cannot be reached.
+func OpenEtcd(url string) (Metadata, error) {
+	eps, prefix, err := ParseEtcdURL(url)
+	if err != nil {
+		return nil, err
 	}
 	cli, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: etcdTimeout, DialKeepAliveTime: 10 * time.Second,
 		DialKeepAliveTimeout: 3 * time.Second, Logger: nopLogger()})

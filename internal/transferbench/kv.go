@@ -33,13 +33,17 @@ const KVSummary = "KV-cache store: serve, put, get, rm, ls, bench (redis-benchma
 const EnvKVSecret = "RDMAKIT_KV_SECRET"
 
 const kvUsage = `usage: rdmakit kv serve [--listen ADDR] [--addr MASTER] [--capacity BYTES]   (no --addr: runs the master)
+       rdmakit kv serve --metadata etcd://HOST:2379,... [--listen ADDR] [--capacity BYTES]
+                                              (every such node runs for master through etcd;
+                                               a survivor takes over when the master goes)
        rdmakit kv put --addr MASTER KEY [VALUE]     (no VALUE: standard input)
        rdmakit kv get --addr MASTER KEY             (the value to standard output)
        rdmakit kv rm --addr MASTER KEY...
        rdmakit kv ls --addr MASTER [--prefix P] [--limit N]
        rdmakit kv bench [--addr MASTER] --size BYTES --clients N --ops N   (no --addr: starts a store here)
 
-The secret is read from $` + EnvKVSecret + ` (hex, at least 16 bytes) or --secret-file;
+MASTER may be an etcd:// URL: the master elected there (and found again after a
+failover). The secret is read from $` + EnvKVSecret + ` (hex, at least 16 bytes) or --secret-file;
 --insecure runs without one. Flags:
 `
 
@@ -84,9 +88,9 @@ func kvRun(args []string, stdin io.Reader, stdout, stderr io.Writer, tty bool) i
 	c := kvConfig{cmd: args[0], progress: tty}
 	fs := flag.NewFlagSet("kv "+c.cmd, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&c.addr, "addr", "", "the master's address (serve: join it as a store node; bench: empty starts a store here)")
+	fs.StringVar(&c.addr, "addr", "", "the master's address, or etcd://... to find it there (serve: join it as a store node; bench: empty starts a store here)")
 	fs.StringVar(&c.listen, "listen", "127.0.0.1:0", "serve: where the master listens")
-	fs.StringVar(&c.metadata, "metadata", "", "serve (the master): the transfer metadata in etcd, etcd://host:2379,... (default: served by the master's node)")
+	fs.StringVar(&c.metadata, "metadata", "", "serve: the metadata in etcd, etcd://host:2379,...[/prefix]: the node runs for master there, the master's table is kept there (default: the master's node serves the metadata, the table is in its memory)")
 	fs.StringVar(&c.device, "device", "", "the device to use: shm0, tcp0, an RDMA NIC (default: chosen per peer)")
 	fs.Int64Var(&c.capacity, "capacity", 1<<30, "serve/bench: bytes of values this node holds")
 	fs.IntVar(&c.replicas, "replicas", 1, "put/bench: store nodes per value")
@@ -234,7 +238,10 @@ func kvServe(ctx context.Context, c kvConfig, stdout io.Writer) error {
 	}
 	defer s.Close()
 	role := "store node of master"
-	if c.addr == "" {
+	switch {
+	case c.addr == "" && c.metadata != "":
+		role = "store node (running for master through etcd), master now"
+	case c.addr == "":
 		role = "master (and store node) at"
 	}
 	fmt.Fprintf(stdout, "kv: %s %s, node %s, %d bytes, devices %v\n", role, s.Addr(), s.Node().Name(), c.capacity, s.Node().Devices())

@@ -78,3 +78,24 @@ func (a *allocator) largest() uint64 {
 	}
 	return m
 }
+
+// reserve takes n bytes at off (as alloc would have placed them) out of
+// the free list; false if any of them is not free.
+func (a *allocator) reserve(off, n uint64) bool {
+	n = roundUp(n)
+	i := sort.Search(len(a.free), func(i int) bool { return a.free[i].off+a.free[i].len > off })
+	if i == len(a.free) || a.free[i].off > off || a.free[i].off+a.free[i].len < off+n {
+		return false
+	}
+	e := a.free[i]
+	var parts []extent
+	if e.off < off {
+		parts = append(parts, extent{e.off, off - e.off})
+	}
+	if end := off + n; end < e.off+e.len {
+		parts = append(parts, extent{end, e.off + e.len - end})
+	}
+	a.free = append(a.free[:i], append(parts, a.free[i+1:]...)...)
+	a.used += n
+	return true
+}

@@ -18,6 +18,11 @@
 // committed it, whole. Under capacity the least recently used values not
 // being read are evicted; a Put that cannot be placed fails with ErrFull.
 //
+// With the metadata in etcd, every node opened without Addr runs for
+// master through an etcd election; the master writes its table through to
+// etcd, fenced by its election key, and a survivor takes over when the
+// master's node goes (ha.go, docs/transfer.md).
+//
 // Goroutines: a store node with capacity beats its heartbeat to the master
 // (store.go); every Store hands back read leases left over (store.go); the
 // master's service runs transfer/internal/rpc's goroutines and its state

@@ -72,6 +72,7 @@ type master struct {
 	next      uint64     // versions and lease ids
 	lastSweep time.Time
 	evictions uint64
+	ha        *haMaster // nil: the table lives only here (ha.go)
 }
 
 func newMaster(leaseTTL, putTTL time.Duration) *master {
@@ -96,6 +97,7 @@ func (m *master) sweep(now time.Time) {
 	for v, e := range m.pending {
 		if now.After(e.expires) {
 			delete(m.pending, v)
+			m.journalPending(e, false)
 			m.free(e)
 		}
 	}
@@ -117,6 +119,7 @@ func (m *master) join(now time.Time, name, segment string, size uint64, ttl time
 		m.dropHolder(name)
 	}
 	m.holders[name] = &holder{name: name, segment: segment, alloc: newAllocator(size), ttl: ttl, seen: now}
+	m.journalHolder(name, segment, size)
 	return nil
 }
 
@@ -137,6 +140,7 @@ func (m *master) dropHolder(name string) {
 		return
 	}
 	delete(m.holders, name)
+	m.journalHolder(name, "", 0)
 	drop := func(e *entry) bool {
 		k := 0
 		for _, r := range e.reps {
@@ -149,14 +153,22 @@ func (m *master) dropHolder(name string) {
 		return k == 0 && e.size > 0
 	}
 	for key, e := range m.entries {
+		n := len(e.reps)
 		if drop(e) {
 			m.unlink(e)
 			delete(m.entries, key)
+			m.journalEntry(e, false)
+		} else if len(e.reps) != n {
+			m.journalEntry(e, true)
 		}
 	}
 	for v, e := range m.pending {
+		n := len(e.reps)
 		if drop(e) {
 			delete(m.pending, v)
+			m.journalPending(e, false)
+		} else if len(e.reps) != n {
+			m.journalPending(e, true)
 		}
 	}
 }
@@ -185,6 +197,7 @@ func (m *master) unlink(e *entry) {
 func (m *master) retire(e *entry) {
 	m.unlink(e)
 	delete(m.entries, e.key)
+	m.journalEntry(e, false)
 	if e.readers > 0 {
 		e.dead = true
 		return
@@ -273,6 +286,7 @@ func (m *master) putStart(now time.Time, key string, size uint64, replicas int) 
 		}
 	}
 	m.pending[e.ver] = e
+	m.journalPending(e, true)
 	return e, nil
 }
 
@@ -281,9 +295,18 @@ func (m *master) putStart(now time.Time, key string, size uint64, replicas int) 
 func (m *master) putEnd(ver uint64, commit bool) error {
 	e, ok := m.pending[ver]
 	if !ok {
+		if commit && m.ha != nil {
+			// A commit sent again after a failover: done if it landed.
+			for _, v := range m.entries {
+				if v.ver == ver {
+					return nil
+				}
+			}
+		}
 		return fmt.Errorf("%w: put %d expired or its store node left", ErrNotFound, ver)
 	}
 	delete(m.pending, ver)
+	m.journalPending(e, false)
 	if !commit {
 		m.free(e)
 		return nil
@@ -294,6 +317,7 @@ func (m *master) putEnd(ver uint64, commit bool) error {
 	e.visible = true
 	e.lru = m.lru.PushBack(e)
 	m.entries[e.key] = e
+	m.journalEntry(e, true)
 	return nil
 }
 

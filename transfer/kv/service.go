@@ -53,6 +53,7 @@ const (
 	codeTooLarge = 3
 	codeNoNodes  = 4
 	codeOther    = 5
+	codeRetry    = 6
 )
 
 func errCode(err error) byte {
@@ -67,6 +68,8 @@ func errCode(err error) byte {
 		return codeTooLarge
 	case errors.Is(err, ErrNoNodes):
 		return codeNoNodes
+	case errors.Is(err, errRetry):
+		return codeRetry
 	}
 	return codeOther
 }
@@ -102,6 +105,8 @@ func decodeErr(d *frame.Decoder) error {
 		kind = ErrTooLarge
 	case codeNoNodes:
 		kind = ErrNoNodes
+	case codeRetry:
+		kind = errRetry
 	default:
 		return remoteErr{errors.New("kv master"), msg}
 	}
@@ -160,11 +165,24 @@ func (s *service) handle(_ context.Context, p []byte) []byte {
 	m := s.m
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	now := time.Now()
+	if m.ha != nil && !m.ha.serving(now) {
+		return appendErr(nil, errRetry)
+	}
 	for i := 0; i < nrel && d.Err() == nil; i++ {
 		m.releaseLocked(d.Uint64())
 	}
-	now := time.Now()
 	m.sweep(now)
+	b := s.serve(m, now, op, &d)
+	// The table's changes reach etcd before the answer leaves.
+	if err := m.flush(); err != nil {
+		return appendErr(nil, err)
+	}
+	return b
+}
+
+// serve answers one request; the caller holds the master's lock.
+func (s *service) serve(m *master, now time.Time, op byte, d *frame.Decoder) []byte {
 	ok := []byte{codeOK}
 	switch op {
 	case opRelease:
@@ -201,6 +219,9 @@ func (s *service) handle(_ context.Context, p []byte) []byte {
 		}
 		return appendErr(nil, m.beat(now, name))
 	case opPut:
+		if m.ha != nil && now.Before(m.ha.grace) {
+			return appendErr(nil, fmt.Errorf("%w: reads of the last master may still run", errRetry))
+		}
 		repl, n := int(d.Uint8()), int(d.Uint16())
 		if repl < 1 || repl > s.maxRepl || n > MaxBatch {
 			break

@@ -24,6 +24,8 @@ import (
 	"github.com/rdmakit/rdmakit/transfer"
 	"github.com/rdmakit/rdmakit/transfer/internal/rpc"
 	"github.com/rdmakit/rdmakit/verbs"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // canLocal: the master serves same-host clients on an abstract Unix
@@ -37,6 +39,7 @@ const (
 	DefaultLeaseTTL    = 10 * time.Second
 	DefaultPutTTL      = time.Minute
 	DefaultHolderTTL   = 5 * time.Second
+	DefaultMasterTTL   = 5 * time.Second
 	// MaxReplicas bounds Config.Replicas.
 	MaxReplicas = 8
 )
@@ -45,7 +48,10 @@ const (
 // documented on it.
 type Config struct {
 	// Addr is the master's address; empty: this node runs the master
-	// (and the transfer metadata table), listening on ListenAddr.
+	// (and the transfer metadata table), listening on ListenAddr. With
+	// Transfer.MetadataAddr in etcd, empty means this node runs for
+	// master through etcd (ha.go). An etcd URL ("etcd://...") finds the
+	// master there, and again after a failover.
 	Addr string
 	// ListenAddr is where the master listens when Addr is empty (default
 	// "127.0.0.1:0"; Store.Addr tells the port).
@@ -57,11 +63,12 @@ type Config struct {
 	// (default 1, at most MaxReplicas).
 	Replicas int
 	// Transfer configures the node's transfer engine (name, devices,
-	// Secret or Insecure, ...). On the master's node, a MetadataAddr of
-	// etcd ("etcd://...") puts the transfer metadata there (other nodes
-	// learn it from the master); otherwise that node serves the embedded
-	// table. On other nodes Open sets MetadataAddr from the master. Its
-	// ArenaSize defaults to Capacity + 256 MiB.
+	// Secret or Insecure, ...). A MetadataAddr of etcd ("etcd://...")
+	// with Addr empty puts the transfer metadata and the master's table
+	// there and makes the node run for master; without it the master's
+	// node serves the embedded table. On nodes opened with the master's
+	// address Open sets MetadataAddr from the master. Its ArenaSize
+	// defaults to Capacity + 256 MiB.
 	Transfer transfer.Config
 
 	// The master's settings (used by the node that runs it).
@@ -80,6 +87,12 @@ type Config struct {
 	// HolderTTL: a store node silent that long is dropped with its values
 	// (default DefaultHolderTTL).
 	HolderTTL time.Duration
+	// MasterTTL is the TTL of the etcd session lease of a node that runs
+	// for master (etcd metadata only; default DefaultMasterTTL, whole
+	// seconds): a master gone for that long is replaced. A node that
+	// finds the master through etcd waits that long for an answer before
+	// it looks for the master again.
+	MasterTTL time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -104,6 +117,9 @@ func (c Config) withDefaults() Config {
 	if c.HolderTTL <= 0 {
 		c.HolderTTL = DefaultHolderTTL
 	}
+	if c.MasterTTL <= 0 {
+		c.MasterTTL = DefaultMasterTTL
+	}
 	if c.Transfer.ArenaSize == 0 {
 		c.Transfer.ArenaSize = c.Capacity + 256<<20
 	}
@@ -124,9 +140,17 @@ type Buf struct {
 type Store struct {
 	cfg  Config
 	node *transfer.Node
-	cl   *rpc.Client
 	srv  *rpc.Server // the master's service, on the node that runs it
 	svc  *service
+
+	// With the metadata in etcd: where to find the master.
+	etcd    *clientv3.Client
+	etcdPfx string
+
+	// clMu guards cl and old.
+	clMu sync.Mutex
+	cl   *rpc.Client   // to the master
+	old  []*rpc.Client // to masters before a failover (closed at Close)
 
 	// From the master.
 	leaseTTL, putTTL, holderTTL time.Duration
@@ -174,36 +198,22 @@ func Open(ctx context.Context, cfg Config) (_ *Store, err error) {
 			s.Close()
 		}
 	}()
-	if cfg.Addr == "" {
-		host, _, err := net.SplitHostPort(cfg.ListenAddr)
-		if err != nil {
-			return nil, fmt.Errorf("kv: ListenAddr %q: %w", cfg.ListenAddr, err)
+	if transfer.IsEtcdURL(cfg.Addr) || cfg.Addr == "" && transfer.IsEtcdURL(tc.MetadataAddr) {
+		if err := s.openHA(ctx, tc); err != nil {
+			return nil, err
 		}
-		// The transfer metadata: etcd if given, else this node's
-		// embedded table; clients learn which from the master.
-		if !transfer.IsEtcdURL(tc.MetadataAddr) {
-			tc.MetadataAddr = ""
-		}
-		tc.Metadata = nil
-		if tc.ListenAddr == "" {
-			tc.ListenAddr = net.JoinHostPort(host, "0")
+	} else if cfg.Addr == "" {
+		// The transfer metadata: this node's embedded table; clients
+		// learn its address from the master.
+		tc.MetadataAddr, tc.Metadata = "", nil
+		if tc, err = s.masterListen(tc); err != nil {
+			return nil, err
 		}
 		if s.node, err = transfer.New(ctx, tc); err != nil {
 			return nil, err
 		}
-		meta := tc.MetadataAddr
-		if meta == "" {
-			meta = s.node.Addr()
-		}
-		s.svc = &service{m: newMaster(cfg.LeaseTTL, cfg.PutTTL), metadata: meta, maxKey: cfg.MaxKeyLen,
-			maxValue: uint64(cfg.MaxValueLen), maxRepl: MaxReplicas, leaseTTL: cfg.LeaseTTL, putTTL: cfg.PutTTL, holderTTL: cfg.HolderTTL}
-		if s.srv, err = rpc.Listen(cfg.ListenAddr, kvProto, tc.Secret, tc.Insecure && len(tc.Secret) == 0, s.svc.handle); err != nil {
-			return nil, fmt.Errorf("kv: master: %w", err)
-		}
-		if canLocal {
-			if s.svc.local, err = s.srv.ServeLocal(); err != nil {
-				return nil, fmt.Errorf("kv: master: %w", err)
-			}
+		if err := s.serveMaster(newMaster(cfg.LeaseTTL, cfg.PutTTL), s.node.Addr(), tc); err != nil {
+			return nil, err
 		}
 		s.cl = rpc.NewClient(s.srv.Addr(), kvProto, tc.Secret)
 		if err := s.info(ctx); err != nil {
@@ -235,6 +245,37 @@ func Open(ctx context.Context, cfg Config) (_ *Store, err error) {
 	return s, nil
 }
 
+// masterListen gives the transfer node of a node that runs (or may run)
+// the master the host of ListenAddr, unless it has a listen address.
+func (s *Store) masterListen(tc transfer.Config) (transfer.Config, error) {
+	host, _, err := net.SplitHostPort(s.cfg.ListenAddr)
+	if err != nil {
+		return tc, fmt.Errorf("kv: ListenAddr %q: %w", s.cfg.ListenAddr, err)
+	}
+	if tc.ListenAddr == "" {
+		tc.ListenAddr = net.JoinHostPort(host, "0")
+	}
+	return tc, nil
+}
+
+// serveMaster starts the master's service on ListenAddr (and, on Linux,
+// an abstract Unix socket); meta is the transfer metadata address it
+// tells clients.
+func (s *Store) serveMaster(m *master, meta string, tc transfer.Config) (err error) {
+	cfg := s.cfg
+	s.svc = &service{m: m, metadata: meta, maxKey: cfg.MaxKeyLen, maxValue: uint64(cfg.MaxValueLen), maxRepl: MaxReplicas,
+		leaseTTL: cfg.LeaseTTL, putTTL: cfg.PutTTL, holderTTL: cfg.HolderTTL}
+	if s.srv, err = rpc.Listen(cfg.ListenAddr, kvProto, tc.Secret, tc.Insecure && len(tc.Secret) == 0, s.svc.handle); err != nil {
+		return fmt.Errorf("kv: master: %w", err)
+	}
+	if canLocal {
+		if s.svc.local, err = s.srv.ServeLocal(); err != nil {
+			return fmt.Errorf("kv: master: %w", err)
+		}
+	}
+	return nil
+}
+
 // info asks the master for the metadata address and its limits.
 func (s *Store) info(ctx context.Context) error {
 	d, err := s.call(ctx, []byte{opInfo})
@@ -250,7 +291,7 @@ func (s *Store) info(ctx context.Context) error {
 	s.leaseTTL, s.putTTL, s.holderTTL, s.maxKey, s.maxValue = ms(lt), ms(pt), ms(ht), int(mk), mv
 	s.metaAddr = meta
 	if local != "" {
-		s.cl.SetLocal(local)
+		s.client().SetLocal(local)
 	}
 	return nil
 }
@@ -324,21 +365,54 @@ func (s *Store) call(ctx context.Context, req []byte) (*frame.Decoder, error) {
 	if len(req) > 1 {
 		msg = append(msg, req[3:]...)
 	}
-	p, err := s.cl.Call(ctx, msg)
-	if err != nil {
-		if errors.Is(err, rpc.ErrClosed) {
-			return nil, ErrClosed
+	start := time.Now()
+	for try := 0; ; try++ {
+		cl := s.client()
+		actx, acancel := ctx, context.CancelFunc(func() {})
+		if s.etcd != nil {
+			// A master that went silent (paused, cut off) is looked
+			// for again after MasterTTL.
+			actx, acancel = context.WithTimeout(ctx, s.cfg.MasterTTL)
 		}
-		return nil, fmt.Errorf("kv: master %s: %w", s.cl.Addr(), err)
+		p, err := cl.Call(actx, msg)
+		acancel()
+		if err == nil {
+			d := frame.NewDecoder(p)
+			if err = decodeErr(&d); err == nil {
+				if d.Err() != nil {
+					return nil, fmt.Errorf("%w: malformed answer", rpc.ErrProtocol)
+				}
+				return &d, nil
+			}
+			if !errors.Is(err, errRetry) {
+				return nil, err
+			}
+		} else {
+			if errors.Is(err, rpc.ErrClosed) {
+				return nil, ErrClosed
+			}
+			err = fmt.Errorf("kv: master %s: %w", cl.Addr(), err)
+		}
+		// The master went or is not the master: find it again through
+		// etcd and send the request again (every request is safe to
+		// send twice; see docs/transfer.md).
+		retry := errors.Is(err, errRetry)
+		if s.etcd == nil && !retry || ctx.Err() != nil || time.Since(start) > s.failoverBound() {
+			return nil, err
+		}
+		if s.etcd == nil {
+			// A master reached by its address, taking over: wait.
+			select {
+			case <-ctx.Done():
+				return nil, err
+			case <-time.After(min(10*time.Millisecond<<min(try, 5), 200*time.Millisecond)):
+			}
+			continue
+		}
+		if rerr := s.findMaster(ctx, cl, try); rerr != nil {
+			return nil, fmt.Errorf("%w (finding the master again: %w)", err, rerr)
+		}
 	}
-	d := frame.NewDecoder(p)
-	if err := decodeErr(&d); err != nil {
-		return nil, err
-	}
-	if d.Err() != nil {
-		return nil, fmt.Errorf("%w: malformed answer", rpc.ErrProtocol)
-	}
-	return &d, nil
 }
 
 func (s *Store) release(ids ...uint64) {
@@ -349,7 +423,13 @@ func (s *Store) release(ids ...uint64) {
 
 // Addr returns the master's address (what other nodes pass as
 // Config.Addr).
-func (s *Store) Addr() string { return s.cl.Addr() }
+func (s *Store) Addr() string { return s.client().Addr() }
+
+func (s *Store) client() *rpc.Client {
+	s.clMu.Lock()
+	defer s.clMu.Unlock()
+	return s.cl
+}
 
 // Node returns the store node's transfer engine node.
 func (s *Store) Node() *transfer.Node { return s.node }
@@ -368,15 +448,23 @@ func (s *Store) Close() error {
 	}
 	s.closed = true
 	s.stMu.Unlock()
-	if s.pool != nil && s.cl != nil {
+	if s.pool != nil && s.client() != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		s.call(ctx, frame.AppendString8([]byte{opLeave, 0, 0}, s.node.Name()))
 		cancel()
 	}
 	s.cancel()
 	s.wg.Wait()
+	s.clMu.Lock()
 	if s.cl != nil {
 		s.cl.Close()
+	}
+	for _, c := range s.old {
+		c.Close()
+	}
+	s.clMu.Unlock()
+	if s.etcd != nil {
+		s.etcd.Close()
 	}
 	if s.srv != nil {
 		s.srv.Close()
