@@ -86,7 +86,47 @@ func parse(data []byte) (*NetConf, error) {
 	if c.StateDir == "" {
 		c.StateDir = DefaultStateDir
 	}
+	// The configuration can come from a NetworkAttachmentDefinition that
+	// namespace users write, while the plugin runs as root on the host:
+	// nothing in it may name an arbitrary path.
+	if err := checkStateDir(c.StateDir); err != nil {
+		return nil, err
+	}
+	if c.DeviceID != "" && !pciAddr.MatchString(c.DeviceID) {
+		return nil, fmt.Errorf("rdmakit cni: config: deviceID %q is not a PCI address (dddd:bb:dd.f)", c.DeviceID)
+	}
+	if c.RdmaDevice != "" && (!devName.MatchString(c.RdmaDevice) || c.RdmaDevice == "." || c.RdmaDevice == "..") {
+		return nil, fmt.Errorf("rdmakit cni: config: rdmaDevice %q is not an RDMA device name", c.RdmaDevice)
+	}
 	return c, nil
+}
+
+var (
+	pciAddr = regexp.MustCompile(`^[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$`)
+	devName = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
+)
+
+// StateRootsEnv names extra directories (colon-separated) under which a
+// configuration's stateDir may lie, besides /var/lib/cni and /run. It is
+// read from the plugin's environment, which the container runtime sets,
+// not from the configuration.
+const StateRootsEnv = "RDMAKIT_CNI_STATE_ROOT"
+
+// checkStateDir accepts an absolute, clean path under an allowed root.
+func checkStateDir(dir string) error {
+	if !filepath.IsAbs(dir) || filepath.Clean(dir) != dir {
+		return fmt.Errorf("rdmakit cni: config: stateDir %q must be an absolute, clean path", dir)
+	}
+	roots := []string{"/var/lib/cni", "/run"}
+	if env := os.Getenv(StateRootsEnv); env != "" {
+		roots = append(roots, filepath.SplitList(env)...)
+	}
+	for _, r := range roots {
+		if r = filepath.Clean(r); filepath.IsAbs(r) && (dir == r || strings.HasPrefix(dir, r+string(filepath.Separator))) {
+			return nil
+		}
+	}
+	return fmt.Errorf("rdmakit cni: config: stateDir %q is outside %s (more roots: %s in the plugin's environment)", dir, strings.Join(roots, ", "), StateRootsEnv)
 }
 
 var unsafeName = regexp.MustCompile(`[^A-Za-z0-9_.-]`)

@@ -19,6 +19,8 @@ import (
 // The test binary doubles as the plugin: with RDMAKIT_CNI_CHILD=1 it runs
 // Main over the real CNI protocol (environment, stdin, stdout).
 func TestMain(m *testing.M) {
+	// The tests' state directories are temporary ones.
+	os.Setenv(StateRootsEnv, os.TempDir())
 	if os.Getenv("RDMAKIT_CNI_CHILD") == "1" {
 		os.Exit(Main(nil))
 	}
@@ -234,5 +236,31 @@ func TestProtocolNetns(t *testing.T) {
 	}
 	if out, code := plugin(t, "DEL", ns, stdin); code != 0 {
 		t.Fatalf("DEL: %d %s", code, out)
+	}
+}
+
+// A configuration may come from users of a namespace (Multus): it cannot
+// name arbitrary host paths for the plugin, which runs as root, to write.
+func TestConfRejectsPaths(t *testing.T) {
+	for _, extra := range []string{
+		`"stateDir":"/etc"`,
+		`"stateDir":"var/lib/cni/x"`,
+		`"stateDir":"/var/lib/cni/../../etc"`,
+		`"stateDir":"/var/lib/cnix"`,
+		`"deviceID":"../../../../etc"`,
+		`"deviceID":"0000:03:00.0/../.."`,
+		`"rdmaDevice":"../mlx5_0"`,
+		`"rdmaDevice":".."`,
+	} {
+		data := []byte(`{"cniVersion":"1.0.0","name":"rdma","type":"rdmakit-cni",` + extra + `}`)
+		if _, err := parse(data); err == nil {
+			t.Errorf("%s: accepted", extra)
+		}
+	}
+	for _, extra := range []string{`"stateDir":"/var/lib/cni/rdmakit"`, `"stateDir":"/run/rdmakit"`, `"deviceID":"0000:03:00.1"`, `"rdmaDevice":"mlx5_3"`} {
+		data := []byte(`{"cniVersion":"1.0.0","name":"rdma","type":"rdmakit-cni",` + extra + `}`)
+		if _, err := parse(data); err != nil {
+			t.Errorf("%s: %v", extra, err)
+		}
 	}
 }
