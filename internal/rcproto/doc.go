@@ -45,8 +45,12 @@
 //
 // Responder: executes requests in PSN order; a duplicate WRITE or SEND is
 // acknowledged again, a duplicate READ is executed again (from the offset
-// it names), a duplicate atomic is answered with its saved result (never
-// executed twice); a PSN ahead of the one expected is NAKed (sequence
+// it names) when its PSN falls inside one of the last 256 READs and it
+// asks for no more than that READ had left (others are dropped), a
+// duplicate atomic is answered with its saved result (never executed
+// twice); repeated READs and atomics are dropped while the READ and
+// atomic responses queued, repeats included, reach max_dest_rd_atomic
+// (255 when 0), so repeats cannot grow the queue; a PSN ahead of the one expected is NAKed (sequence
 // error) once until the expected one comes; no receive posted gives an
 // RNR NAK, and requests are dropped until the NAKed one comes again;
 // remote access and invalid request errors are NAKed and move the

@@ -86,6 +86,7 @@ type Requester struct {
 	una        PSN    // oldest unacknowledged PSN
 	sent       PSN    // one past the highest PSN transmitted
 	rdOut      int    // READs/atomics transmitted and not completed
+	accepted   bool   // the response last fed to Step answered a PSN outstanding
 
 	connected bool
 	lost      bool // the peer is gone for good (stream closed)
@@ -143,6 +144,11 @@ func npkt(mtu, n uint32) uint32 {
 }
 
 func (r *Requester) wr(n uint64) *wrState { return &r.wrs[n&r.mask] }
+
+// Accepted reports whether the response last fed to Step answered a PSN
+// outstanding (what owners let feed congestion control: a stray or
+// spoofed response does not).
+func (r *Requester) Accepted() bool { return r.accepted }
 
 // Failed reports whether the requester moved the QP to ERROR.
 func (r *Requester) Failed() bool { return r.failed }
@@ -375,6 +381,7 @@ func (r *Requester) Tick(now time.Duration) []Action {
 // Step feeds a response packet.
 func (r *Requester) Step(p *Packet, now time.Duration) []Action {
 	r.acts = r.acts[:0]
+	r.accepted = false
 	if !r.failed && !r.placing {
 		r.step(p, now)
 		r.settle()
@@ -401,6 +408,7 @@ func (r *Requester) step(p *Packet, now time.Duration) {
 		r.bad()
 		return
 	}
+	r.accepted = true
 	n := r.find(p.PSN)
 	w := r.wr(n)
 	switch p.Op {

@@ -47,6 +47,24 @@ type Result struct {
 // atomSlots is how many atomic results are kept for replay.
 const atomSlots = 16
 
+// readSlots is how many recent READs are remembered: a repeated READ
+// request is executed again only when its PSN falls inside one of them
+// (others are dropped; they were never asked for, or are too old to
+// matter). It covers any max_rd_atomic (8 bits).
+const readSlots = 256
+
+// maxRepeats bounds the READ and atomic responses queued, repeats
+// included, past which a repeated request is dropped when
+// MaxDestRdAtomic is 0 (unbounded).
+const maxRepeats = 255
+
+type savedRead struct {
+	psn PSN
+	n   uint32 // READ_RESP packets
+	len uint32
+	ok  bool
+}
+
 type respEntry struct {
 	pkt     Packet
 	npkt    uint32 // READ_RESP packets
@@ -74,10 +92,14 @@ type Responder struct {
 	busy bool
 
 	rdOut int // READs/atomics queued, not handed out
+	rdQ   int // READ/atomic responses queued, repeats included
 	held  int // READ/atomic responses handed out, not yet transmitted (Hold)
 
 	atom    [atomSlots]savedAtomic
 	atomPos int
+
+	reads   [readSlots]savedRead
+	readPos int
 
 	q            []respEntry // ring of responses
 	qHead, qTail uint64
@@ -144,10 +166,16 @@ func (r *Responder) Step(p *Packet) Verdict {
 		return Drop
 	}
 	// A duplicate: the requester retransmitted.
+	if p.Op.isReadLike() && !r.repeatRoom() {
+		return Drop // as many responses queued as allowed: it asks again
+	}
 	switch {
 	case p.Op.isWriteLike():
 		r.ack(r.epsn.Add(PSNMask)) // acknowledge everything done
 	case p.Op == OpRead:
+		if !r.remembered(p) {
+			return Drop
+		}
 		r.supersede(p.PSN)
 		r.cur, r.dup, r.busy = *p, true, true
 		return Execute
@@ -161,6 +189,38 @@ func (r *Responder) Step(p *Packet) Verdict {
 		// Too old to remember: the requester has its response.
 	}
 	return Drop
+}
+
+// repeatRoom reports whether a repeated READ or atomic may queue its
+// response: the READ and atomic responses queued, repeats included, and
+// those the owner holds stay below MaxDestRdAtomic, so that a peer
+// repeating requests cannot make the queue (or the owner's memory of
+// READs) grow without bound.
+func (r *Responder) repeatRoom() bool {
+	limit := r.cfg.MaxDestRdAtomic
+	if limit <= 0 {
+		limit = maxRepeats
+	}
+	return r.rdQ+r.held < limit
+}
+
+// remembered reports whether a repeated READ request p asks again for
+// (part of) a READ executed before: its PSN falls inside that READ's
+// response PSNs, before the PSN expected, and it asks for no more than
+// what that READ had left from there.
+func (r *Responder) remembered(p *Packet) bool {
+	for i := range r.reads {
+		s := &r.reads[i]
+		if !s.ok || !p.PSN.InRange(s.psn, s.psn.Add(s.n)) || s.psn.Sub(r.epsn) >= 0 {
+			continue
+		}
+		left := s.len
+		if mtu := r.cfg.MTU; mtu != 0 {
+			left -= min(s.len, uint32(p.PSN.Sub(s.psn))*mtu)
+		}
+		return p.Len <= left
+	}
+	return false
 }
 
 // supersede stops handing out the rest of a queued READ response that a
@@ -210,6 +270,8 @@ func (r *Responder) Done(res Result) {
 	case p.Op == OpRead:
 		n := npkt(r.cfg.MTU, p.Len)
 		if !r.dup {
+			r.reads[r.readPos] = savedRead{psn: p.PSN, n: n, len: p.Len, ok: true}
+			r.readPos = (r.readPos + 1) % readSlots
 			r.epsn = r.epsn.Add(n)
 			r.msn = (r.msn + 1) & PSNMask
 			r.rdOut++
@@ -258,6 +320,9 @@ func (r *Responder) push(p Packet, n uint32, counted bool) {
 		r.q = q
 	}
 	p.MSN = r.msn
+	if p.Op == OpReadResp || p.Op == OpAtomicResp {
+		r.rdQ++
+	}
 	r.q[r.qTail%uint64(len(r.q))] = respEntry{pkt: p, npkt: n, stop: n, counted: counted}
 	r.qTail++
 }
@@ -315,6 +380,9 @@ func (r *Responder) NextResponse(p *Packet, acks bool) bool {
 func (r *Responder) pop(e *respEntry) {
 	if e.counted {
 		r.rdOut--
+	}
+	if e.pkt.Op == OpReadResp || e.pkt.Op == OpAtomicResp {
+		r.rdQ--
 	}
 	*e = respEntry{}
 	r.qHead++

@@ -639,13 +639,16 @@ func (d *qpDriver) response(p *header.Packet) {
 		rp.Off = off
 	}
 	now := d.now()
-	if rp.Op == rcproto.OpAck || rp.Op == rcproto.OpReadResp || rp.Op == rcproto.OpAtomicResp {
+	acts := d.req.Step(&rp, now)
+	// Only a response the engine took (it answers a PSN outstanding)
+	// raises the rate and the window: a stray or spoofed one does not.
+	if d.req.Accepted() && (rp.Op == rcproto.OpAck || rp.Op == rcproto.OpReadResp || rp.Op == rcproto.OpAtomicResp) {
 		d.cc.acked(now)
 		if w := d.req.Window(); w < window && rp.Op == rcproto.OpAck {
 			d.req.SetWindow(min(window, w+8))
 		}
 	}
-	place, ok := d.applyLocked(d.req.Step(&rp, now))
+	place, ok := d.applyLocked(acts)
 	d.rxFlush = true
 	if !ok || place.Kind != rcproto.ActReadData {
 		return

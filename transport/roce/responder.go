@@ -19,12 +19,19 @@ import (
 )
 
 // rdSlots is how many READs' target memory is remembered for their
-// responses (the responses of one receive batch at most are queued).
-const rdSlots = 256
+// responses. The engine queues fewer READ responses than that: up to
+// MaxDestRdAtomic (≤ 255) new READs and, besides them, up to
+// MaxDestRdAtomic repeated ones (510 at most), and a response is sent before another
+// READ is executed; each READ takes the next slot, so a queued response's
+// slot is never reused while it is queued. A slot also keeps the ref it
+// was taken for, and emit checks it: a response whose slot was taken
+// again is dropped rather than sent with another READ's bytes.
+const rdSlots = 512
 
 type rdSlot struct {
 	mem []byte
 	pin keytab.Pin
+	ref uint64
 }
 
 type rxState struct {
@@ -243,7 +250,7 @@ func (d *qpDriver) request(p *header.Packet) {
 		m, pin, st := t.RemotePin(&r.keys, p.RETH.RKey(), p.RETH.VA(), int(p.RETH.DMALen()), rc.AccessRemoteRead)
 		res.Status = st
 		if st == rc.Success {
-			r.rd[r.rdSeq%rdSlots] = rdSlot{mem: m, pin: pin}
+			r.rd[r.rdSeq%rdSlots] = rdSlot{mem: m, pin: pin, ref: r.rdSeq}
 			res.Ref = r.rdSeq
 			r.rdSeq++
 		}
@@ -400,8 +407,8 @@ func (d *qpDriver) emit(p *rcproto.Packet) {
 		}
 		slot = &r.rd[p.Ref%rdSlots]
 		n = int(p.Len)
-		if int(p.Off)+n > len(slot.mem) {
-			return // cannot happen: the engine asks for what the READ named
+		if slot.ref != p.Ref || int(p.Off)+n > len(slot.mem) {
+			return // cannot happen: the engine asks for what the READ named, while its slot is kept
 		}
 		data = slot.mem[p.Off : int(p.Off)+n]
 	}
