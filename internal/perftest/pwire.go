@@ -220,13 +220,19 @@ func parsePWReport(b []byte) (pwReport, error) {
 	return r, nil
 }
 
-// pwIBAddrGID returns the GID and LID in a transport/ibverbs QP address
-// (its documented 48-byte layout: "RKIB", version 1, ..., LID at 8
-// little endian, GID at 16).
-func pwIBAddrGID(a []byte) (gid [16]byte, lid uint16, ok bool) {
-	if len(a) != 48 || string(a[:4]) != "RKIB" || a[4] != 1 {
-		return gid, 0, false
+// pwAddrGID returns the GID and LID in a QP address of a transport that
+// perftest can talk to: transport/ibverbs (its documented 48-byte layout:
+// "RKIB", version 1, ..., LID at 8 little endian, GID at 16) or
+// transport/roce (24 bytes: version 1, ..., the IP at 8, IPv4 mapped,
+// which is the RoCEv2 GID; no LID).
+func pwAddrGID(a []byte) (gid [16]byte, lid uint16, ok bool) {
+	switch {
+	case len(a) == 48 && string(a[:4]) == "RKIB" && a[4] == 1:
+		copy(gid[:], a[16:32])
+		return gid, binary.LittleEndian.Uint16(a[8:]), true
+	case len(a) == 24 && a[0] == 1:
+		copy(gid[:], a[8:24])
+		return gid, 0, gid != [16]byte{}
 	}
-	copy(gid[:], a[16:32])
-	return gid, binary.LittleEndian.Uint16(a[8:]), true
+	return gid, 0, false
 }

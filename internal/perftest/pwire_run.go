@@ -34,6 +34,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"time"
 
 	"github.com/rdmakit/rdmakit/verbs"
@@ -177,25 +178,32 @@ func checkPWire(o Options) error {
 	return nil
 }
 
-// pwDevice is -d, or the first device of the ibverbs transport.
+// pwTransports are the transports whose QPs perftest can reach, in the
+// order pwDevice prefers them.
+var pwTransports = []string{"ibverbs", "roce"}
+
+// pwDevice is -d, or the first device of the ibverbs transport, else of
+// the roce transport.
 func pwDevice(name string) (verbs.DeviceInfo, error) {
 	if name != "" {
 		d, err := findDevice(name)
 		if err != nil {
 			return d, err
 		}
-		if d.Transport != "ibverbs" {
-			return d, fmt.Errorf("the peer is perftest: it needs a device of the ibverbs transport, not %s (%s)", d.Name, d.Transport)
+		if !slices.Contains(pwTransports, d.Transport) {
+			return d, fmt.Errorf("the peer is perftest: it needs a device of the ibverbs or roce transport, not %s (%s)", d.Name, d.Transport)
 		}
 		return d, nil
 	}
 	devs, _ := verbs.Devices()
-	for _, d := range devs {
-		if d.Transport == "ibverbs" {
-			return d, nil
+	for _, t := range pwTransports {
+		for _, d := range devs {
+			if d.Transport == t {
+				return d, nil
+			}
 		}
 	}
-	return verbs.DeviceInfo{}, errors.New("the peer is perftest: it needs a device of the ibverbs transport and none is available (build with -tags ibverbs; give -d)")
+	return verbs.DeviceInfo{}, errors.New("the peer is perftest: it needs a device of the ibverbs or roce transport and none is available (build with -tags ibverbs, or give -d roceN)")
 }
 
 // runPWire runs one side against perftest on conn, after greet.
@@ -254,9 +262,9 @@ func runPWire(ctx context.Context, o Options, env Env, conn net.Conn, server boo
 	s.e.flat = true
 	for i := range s.e.qps {
 		q := s.e.local(i)
-		gid, lid, ok := pwIBAddrGID(q.addr)
+		gid, lid, ok := pwAddrGID(q.addr)
 		if !ok {
-			return fmt.Errorf("device %s gives no GID for its QPs; perftest peers need the ibverbs transport", dev.Name)
+			return fmt.Errorf("device %s gives no GID for its QPs; perftest peers need the ibverbs or roce transport", dev.Name)
 		}
 		if q.outReads == 0 {
 			q.outReads = 1 // perftest's for Write and Send

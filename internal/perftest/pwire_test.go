@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"io"
 	"net"
+	"net/netip"
 	"strings"
 	"testing"
 )
@@ -135,18 +136,30 @@ func TestPWReport(t *testing.T) {
 	}
 }
 
-func TestPWIBAddr(t *testing.T) {
+func TestPWAddr(t *testing.T) {
 	a := make([]byte, 48)
 	copy(a, "RKIB")
 	a[4] = 1
 	a[8] = 7
 	copy(a[16:], pwSample.gid[:])
-	gid, lid, ok := pwIBAddrGID(a)
+	gid, lid, ok := pwAddrGID(a)
 	if !ok || gid != pwSample.gid || lid != 7 {
 		t.Fatalf("%x %d %v", gid, lid, ok)
 	}
-	if _, _, ok := pwIBAddrGID([]byte("SMH1")); ok {
+	if _, _, ok := pwAddrGID([]byte("SMH1")); ok {
 		t.Fatal("shm address taken for an ibverbs one")
+	}
+	// transport/roce: version 1, port, QP number, then the IP (IPv4
+	// mapped), which is the RoCEv2 GID.
+	r := make([]byte, 24)
+	r[0] = 1
+	ip := netip.MustParseAddr("::ffff:10.98.0.2").As16()
+	copy(r[8:], ip[:])
+	if gid, lid, ok := pwAddrGID(r); !ok || gid != ip || lid != 0 {
+		t.Fatalf("roce address: %x %d %v", gid, lid, ok)
+	}
+	if _, _, ok := pwAddrGID(make([]byte, 24)); ok {
+		t.Fatal("an all-zero roce address taken")
 	}
 }
 
