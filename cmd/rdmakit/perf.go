@@ -29,8 +29,8 @@ the client; --loopback runs both on this host (server as a child process).
 Against perftest's binaries (ib_write_bw ... ib_atomic_lat, either role):
 nothing to add. rdmakit recognizes perftest's exchange on the connection and
 speaks it, for all eight tests, -s, -a, -q, -n (RC, iterations, one
-direction; ibverbs devices: build with -tags ibverbs; on RoCE give perftest
-the IPv4-mapped GID's index with -x). With a perftest peer, -b, -D and
+direction; ibverbs devices (build with -tags ibverbs) or roce devices
+(-d roce0); on RoCE give perftest the IPv4-mapped GID's index with -x). With a perftest peer, -b, -D and
 --run_infinitely are refused, and a write/read/atomic_bw server checks the
 client's message size. perftest's -R/-z (its exchange over rdma_cm) is not
 spoken: run perftest without them. (--perftest-wire of earlier releases is
