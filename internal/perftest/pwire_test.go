@@ -2,6 +2,7 @@ package perftest
 
 import (
 	"bytes"
+	"encoding/binary"
 	"io"
 	"net"
 	"net/netip"
@@ -251,4 +252,30 @@ func FuzzParsePWKey(f *testing.F) {
 			t.Fatalf("%q → %+v → %+v, %v", b, k, k2, err)
 		}
 	})
+}
+
+func TestPWKeyBin(t *testing.T) {
+	k := pwSample
+	k.lid = 0
+	b := k.encodeBin()
+	if len(b) != pwKeyBinLen {
+		t.Fatalf("%d bytes", len(b))
+	}
+	// The layout perftest's struct pingpong_dest has: QPN at 8, rkey at 16,
+	// the address at 24, the GID at 32, all big endian.
+	if binary.BigEndian.Uint32(b[8:]) != k.qpn || binary.BigEndian.Uint32(b[16:]) != k.rkey ||
+		binary.BigEndian.Uint64(b[24:]) != k.vaddr || !bytes.Equal(b[32:48], k.gid[:]) {
+		t.Fatalf("layout: %x", b)
+	}
+	got, err := parsePWKeyBin(b)
+	if err != nil || got != k {
+		t.Fatalf("round trip: %+v, %v, want %+v", got, err, k)
+	}
+	if _, err := parsePWKeyBin(b[:55]); err == nil {
+		t.Fatal("short key parsed")
+	}
+	b[8] = 1 // QPN beyond 24 bits
+	if _, err := parsePWKeyBin(b); err == nil {
+		t.Fatal("QPN beyond 24 bits parsed")
+	}
 }
