@@ -204,6 +204,11 @@ func (c *rcmConn) Read(p []byte) (int, error) {
 			return 0, err
 		}
 		i := int(w.WRID)
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if c.closed {
+			return 0, io.EOF
+		}
 		c.pending = append(c.pending[:0], c.mr.Bytes()[i*rcmMaxMsg:i*rcmMaxMsg+int(w.ByteLen)]...)
 		if err := c.postRecv(i); err != nil {
 			return 0, err
@@ -218,10 +223,7 @@ func (c *rcmConn) Write(b []byte) (int, error) {
 	done := 0
 	for done < len(b) {
 		n := min(len(b)-done, rcmMaxMsg)
-		off := rcmRecvs * rcmMaxMsg
-		copy(c.mr.Bytes()[off:], b[done:done+n])
-		if err := c.qp.PostSend([]verbs.SendWR{{ID: 1 << 32, Opcode: verbs.OpSend, Flags: verbs.SendSignaled,
-			SGL: []verbs.SGE{c.mr.SGE(off, n)}}}); err != nil {
+		if err := c.post(b[done : done+n]); err != nil {
 			return done, err
 		}
 		if _, err := c.poll(c.scq, c.wdl); err != nil {
@@ -230,6 +232,19 @@ func (c *rcmConn) Write(b []byte) (int, error) {
 		done += n
 	}
 	return done, nil
+}
+
+// post sends one message.
+func (c *rcmConn) post(b []byte) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return net.ErrClosed
+	}
+	off := rcmRecvs * rcmMaxMsg
+	copy(c.mr.Bytes()[off:], b)
+	return c.qp.PostSend([]verbs.SendWR{{ID: 1 << 32, Opcode: verbs.OpSend, Flags: verbs.SendSignaled,
+		SGL: []verbs.SGE{c.mr.SGE(off, len(b))}}})
 }
 
 func (c *rcmConn) Close() error {
