@@ -469,6 +469,10 @@ func (s *pwSession) sendBW(r *sizeRun, size int64) (result, error) {
 		res, _, err := s.measure1(r, size)
 		return res, err
 	}
+	if !s.e.dev.Caps.Has(verbs.CapRNRRetry) && !r.bw.credits {
+		// iWARP: perftest's sender counts on receive credits.
+		r.bw.enableCredits()
+	}
 	start := time.Now()
 	st, err := r.bw.run()
 	if err != nil {
