@@ -279,3 +279,18 @@ func TestPWKeyBin(t *testing.T) {
 		t.Fatal("QPN beyond 24 bits parsed")
 	}
 }
+
+func FuzzParsePWKeyBin(f *testing.F) {
+	f.Add(pwSample.encodeBin())
+	f.Add(make([]byte, pwKeyBinLen))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		k, err := parsePWKeyBin(b)
+		if err != nil {
+			return
+		}
+		k2, err := parsePWKeyBin(k.encodeBin())
+		if err != nil || k2 != k {
+			t.Fatalf("%x → %+v → %+v, %v", b, k, k2, err)
+		}
+	})
+}
