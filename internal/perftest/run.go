@@ -632,8 +632,9 @@ func runServer(ctx context.Context, o Options, env Env) (err error) {
 		return err
 	}
 	var conn net.Conn
-	if dev, ok := rcmDevice(o); ok {
-		// -R: perftest's exchange over rdma_cm.
+	if dev, ok := rcmDevice(o); ok && env.Listener == nil {
+		// -R: perftest's exchange over rdma_cm (not for --loopback's
+		// child, whose listener is inherited).
 		io.WriteString(env.Stdout, "\n************************************\n* Waiting for client to connect... *\n************************************\n")
 		var link rcmLink
 		if link, err = rcmAccept(ctx, dev, uint16(c0.port)); err == nil {
