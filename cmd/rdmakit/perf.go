@@ -29,12 +29,13 @@ the client; --loopback runs both on this host (server as a child process).
 Against perftest's binaries (ib_write_bw ... ib_atomic_lat, either role):
 nothing to add. rdmakit recognizes perftest's exchange on the connection and
 speaks it, for all eight tests, -s, -a, -q, -n (RC, iterations, one
-direction; ibverbs devices: build with -tags ibverbs; on RoCE give perftest
-the IPv4-mapped GID's index with -x). With a perftest peer, -b, -D and
---run_infinitely are refused, and a write/read/atomic_bw server checks the
-client's message size. perftest's -R/-z (its exchange over rdma_cm) is not
-spoken: run perftest without them. (--perftest-wire of earlier releases is
-accepted and not needed.)
+direction; ibverbs devices (build with -tags ibverbs) or roce devices
+(-d roce0); on RoCE give perftest the IPv4-mapped GID's index with -x).
+With a perftest peer, -b, -D and --run_infinitely are refused, and a
+write/read/atomic_bw server checks the client's message size. perftest's
+-R (its exchange and QP connections over rdma_cm) is spoken when both
+sides give -R (ibverbs devices; siw needs it); -z is not. (--perftest-wire
+of earlier releases is accepted and not needed.)
 
   -a, --all                 all sizes from 2 B to 8 MiB
   -s, --size=N              message size (default 65536 bw, 2 lat, 8 atomic; K/M suffix)
@@ -80,7 +81,8 @@ accepted and not needed.)
   -V, --version             print the version
 
 Accepted for perftest compatibility, with a one-line note on stderr saying
-why they change nothing here: -R/--rdma_cm, -z/--comm_rdma_cm,
+why they change nothing here: -R/--rdma_cm (except as above),
+-z/--comm_rdma_cm,
 -W/--report-counters, -C/--report-cycles, --mr_per_qp, --cpu_util,
 --perform_warm_up. --use_cuda and the other GPU memory flags are refused:
 this build has no GPU support. Refused with the reason: -O (one port),

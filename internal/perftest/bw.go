@@ -8,6 +8,7 @@ package perftest
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"time"
@@ -36,6 +37,13 @@ type bwLoop struct {
 	evWCs []verbs.WorkCompletion
 	evN   int
 	evCQ  *verbs.CQ
+
+	// credits: after each batch of receives, write every QP's count of
+	// receives (4 bytes, little endian) to the peer's advertised address:
+	// perftest's send_bw sender on iWARP (no RNR retry) waits for them.
+	credits bool
+	rcnt    []uint32
+	credWR  []verbs.SendWR
 
 	epoch      time.Time
 	tposted    []int64 // ns since epoch of each post (unless noPeak)
@@ -376,9 +384,17 @@ func (b *bwLoop) run() (bwStats, error) {
 				if err := b.rf[q].consumed(); err != nil {
 					return st, err
 				}
+				if b.credits {
+					b.rcnt[q]++
+				}
 			}
 			if n > 0 {
 				busy = true
+				if b.credits {
+					if err := b.sendCredits(); err != nil {
+						return st, err
+					}
+				}
 			}
 		}
 		if busy {
@@ -408,4 +424,46 @@ func (b *bwLoop) run() (bwStats, error) {
 	}
 	st.tposted, st.tcompleted = b.tposted, b.tcompleted
 	return st, nil
+}
+
+// enableCredits turns on perftest's receive credits (see bwLoop.credits).
+func (b *bwLoop) enableCredits() {
+	qps := len(b.e.qps)
+	b.credits = true
+	b.rcnt = make([]uint32, qps)
+	b.credWR = make([]verbs.SendWR, 1)
+	b.credWR[0].SGL = make([]verbs.SGE, 1)
+}
+
+// sendCredits writes each QP's receive count to the peer and waits for
+// the writes to complete (this side posts nothing else: the send CQ holds
+// only these).
+func (b *bwLoop) sendCredits() error {
+	e := b.e
+	for q, n := range b.rcnt {
+		mr := e.mrs[q]
+		binary.LittleEndian.PutUint32(mr.Bytes()[:4], n)
+		r := &e.remote[q]
+		b.credWR[0] = verbs.SendWR{ID: uint64(q), Opcode: verbs.OpWrite, Flags: verbs.SendSignaled,
+			SGL: append(b.credWR[0].SGL[:0], mr.SGE(0, 4)), RemoteAddr: r.vaddr, RKey: r.rkey}
+		if err := e.qps[q].PostSend(b.credWR); err != nil {
+			return fmt.Errorf("posting the receive credit: %w", err)
+		}
+		for {
+			n, err := e.scq.Poll(b.wcs[:1])
+			if err != nil {
+				return err
+			}
+			if n == 1 {
+				if err := b.wcs[0].Err(); err != nil {
+					return fmt.Errorf("writing the receive credit: %w", err)
+				}
+				break
+			}
+			if err := b.w.check(1); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }

@@ -223,6 +223,10 @@ type Options struct {
 	// -D run, in seconds (-f; 0 means a quarter of -D).
 	Margin int
 
+	// RDMACM is -R: perftest's exchange over rdma_cm (rcm.go), where the
+	// build and the device have rdma_cm.
+	RDMACM bool
+
 	// Notes are one line each about flags accepted for perftest
 	// compatibility whose effect does not exist here; the CLI prints them
 	// on stderr.
@@ -496,7 +500,10 @@ func flags(o *Options) []flagSpec {
 		{'o', []string{"outs"}, true, intArg("-o (outstanding reads)", 1, 16, func(n int64) { o.OutReads = int(n) })},
 		{'f', []string{"margin"}, true, intArg("-f (margin)", 1, 1<<20, func(n int64) { o.Margin = int(n) })},
 		{'C', []string{"report-cycles"}, false, note("-C (report cycles): times are measured with Go's monotonic clock and reported in usec")},
-		{'R', []string{"rdma_cm"}, false, note("-R (rdma_cm): rdmakit connects its QPs over its TCP exchange on -p; the measured operations are the same (a perftest peer must run without -R)")},
+		{'R', []string{"rdma_cm"}, false, func(o *Options, v string) error {
+			o.RDMACM = true
+			return note("-R (rdma_cm): with an ibverbs device in a build with -tags ibverbs, the exchange and the QPs' connections go through rdma_cm on -p, as perftest's -R (a client falls back to rdmakit's TCP exchange when no rdma_cm server answers); otherwise rdmakit's TCP exchange on -p connects the QPs")(o, v)
+		}},
 		{'z', []string{"comm_rdma_cm"}, false, note("-z (comm_rdma_cm): parameters are exchanged over TCP on -p, as without -z")},
 		{'e', []string{"events"}, false, func(o *Options, _ string) error { o.Events = true; return nil }},
 		{'l', []string{"post_list"}, true, intArg("-l (post list)", 1, maxTx, func(n int64) { o.PostList = int(n) })},

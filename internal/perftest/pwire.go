@@ -220,13 +220,69 @@ func parsePWReport(b []byte) (pwReport, error) {
 	return r, nil
 }
 
-// pwIBAddrGID returns the GID and LID in a transport/ibverbs QP address
-// (its documented 48-byte layout: "RKIB", version 1, ..., LID at 8
-// little endian, GID at 16).
-func pwIBAddrGID(a []byte) (gid [16]byte, lid uint16, ok bool) {
-	if len(a) != 48 || string(a[:4]) != "RKIB" || a[4] != 1 {
-		return gid, 0, false
+// pwAddrGID returns the GID and LID in a QP address of a transport that
+// perftest can talk to: transport/ibverbs (its documented 48-byte layout:
+// "RKIB", version 1, ..., LID at 8 little endian, GID at 16) or
+// transport/roce (24 bytes: version 1, ..., the IP at 8, IPv4 mapped,
+// which is the RoCEv2 GID; no LID).
+func pwAddrGID(a []byte) (gid [16]byte, lid uint16, ok bool) {
+	switch {
+	case len(a) == 48 && string(a[:4]) == "RKIB" && a[4] == 1:
+		copy(gid[:], a[16:32])
+		return gid, binary.LittleEndian.Uint16(a[8:]), true
+	case len(a) == 24 && a[0] == 1:
+		copy(gid[:], a[8:24])
+		return gid, 0, gid != [16]byte{}
 	}
-	copy(gid[:], a[16:32])
-	return gid, binary.LittleEndian.Uint16(a[8:]), true
+	return gid, 0, false
+}
+
+// With -R perftest carries its key message as the binary struct
+// pingpong_dest (x86-64 layout, the integers big endian): LID, outstanding
+// reads, QPN, PSN, rkey (4 bytes each), 4 bytes of padding, the virtual
+// address (8), the GID (16), SRQN and GID index (4 each).
+const (
+	pwBinLID      = 0
+	pwBinOutReads = 4
+	pwBinQPN      = 8
+	pwBinPSN      = 12
+	pwBinRKey     = 16
+	pwBinVAddr    = 24
+	pwBinGID      = 32
+	pwBinSRQN     = 48
+	pwBinGIDIndex = 52
+	// pwKeyBinLen is sizeof(struct pingpong_dest), also the size of the
+	// receive perftest posts for every message of its -R exchange.
+	pwKeyBinLen = 56
+)
+
+func (k pwKey) encodeBin() []byte {
+	b := make([]byte, pwKeyBinLen)
+	binary.BigEndian.PutUint32(b[pwBinLID:], uint32(k.lid))
+	binary.BigEndian.PutUint32(b[pwBinOutReads:], uint32(k.outReads))
+	binary.BigEndian.PutUint32(b[pwBinQPN:], k.qpn)
+	binary.BigEndian.PutUint32(b[pwBinPSN:], k.psn)
+	binary.BigEndian.PutUint32(b[pwBinRKey:], k.rkey)
+	binary.BigEndian.PutUint64(b[pwBinVAddr:], k.vaddr)
+	copy(b[pwBinGID:], k.gid[:])
+	binary.BigEndian.PutUint32(b[pwBinSRQN:], k.srqn)
+	return b
+}
+
+// parsePWKeyBin decodes the binary key message; the GID index (this
+// side's business) is ignored.
+func parsePWKeyBin(b []byte) (pwKey, error) {
+	if len(b) != pwKeyBinLen {
+		return pwKey{}, malformed("perftest -R key message of %d bytes, want %d", len(b), pwKeyBinLen)
+	}
+	lid, out := binary.BigEndian.Uint32(b[pwBinLID:]), binary.BigEndian.Uint32(b[pwBinOutReads:])
+	qpn, psn := binary.BigEndian.Uint32(b[pwBinQPN:]), binary.BigEndian.Uint32(b[pwBinPSN:])
+	if lid > 0xffff || out > 0xffff || qpn > 0xffffff {
+		return pwKey{}, malformed("perftest -R key message: LID %#x, outstanding reads %d, QPN %#x out of range", lid, out, qpn)
+	}
+	k := pwKey{lid: uint16(lid), outReads: uint16(out), qpn: qpn, psn: psn & 0xffffff,
+		rkey: binary.BigEndian.Uint32(b[pwBinRKey:]), vaddr: binary.BigEndian.Uint64(b[pwBinVAddr:]),
+		srqn: binary.BigEndian.Uint32(b[pwBinSRQN:])}
+	copy(k.gid[:], b[pwBinGID:pwBinGID+16])
+	return k, nil
 }

@@ -34,6 +34,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"time"
 
 	"github.com/rdmakit/rdmakit/verbs"
@@ -93,6 +94,8 @@ type pwSession struct {
 	p    *pwConn
 	mine []pwKey
 	rem  []pwKey
+	// link is the -R exchange (rcm.go), nil on TCP.
+	link rcmLink
 }
 
 // keys exchanges every QP's key message.
@@ -112,11 +115,15 @@ func (s *pwSession) handshake(i int) error {
 }
 
 func (s *pwSession) handshakeT(i int, timeout time.Duration) error {
-	b, err := s.p.xchg(s.mine[i].encode(), pwKeyLen, timeout)
+	mine, n, parse := s.mine[i].encode(), pwKeyLen, parsePWKey
+	if s.link != nil {
+		mine, n, parse = s.mine[i].encodeBin(), pwKeyBinLen, parsePWKeyBin
+	}
+	b, err := s.p.xchg(mine, n, timeout)
 	if err != nil {
 		return err
 	}
-	k, err := parsePWKey(b)
+	k, err := parse(b)
 	if err != nil {
 		return fmt.Errorf("%s: %w", s.p.peer, err)
 	}
@@ -177,25 +184,32 @@ func checkPWire(o Options) error {
 	return nil
 }
 
-// pwDevice is -d, or the first device of the ibverbs transport.
+// pwTransports are the transports whose QPs perftest can reach, in the
+// order pwDevice prefers them.
+var pwTransports = []string{"ibverbs", "roce"}
+
+// pwDevice is -d, or the first device of the ibverbs transport, else of
+// the roce transport.
 func pwDevice(name string) (verbs.DeviceInfo, error) {
 	if name != "" {
 		d, err := findDevice(name)
 		if err != nil {
 			return d, err
 		}
-		if d.Transport != "ibverbs" {
-			return d, fmt.Errorf("the peer is perftest: it needs a device of the ibverbs transport, not %s (%s)", d.Name, d.Transport)
+		if !slices.Contains(pwTransports, d.Transport) {
+			return d, fmt.Errorf("the peer is perftest: it needs a device of the ibverbs or roce transport, not %s (%s)", d.Name, d.Transport)
 		}
 		return d, nil
 	}
 	devs, _ := verbs.Devices()
-	for _, d := range devs {
-		if d.Transport == "ibverbs" {
-			return d, nil
+	for _, t := range pwTransports {
+		for _, d := range devs {
+			if d.Transport == t {
+				return d, nil
+			}
 		}
 	}
-	return verbs.DeviceInfo{}, errors.New("the peer is perftest: it needs a device of the ibverbs transport and none is available (build with -tags ibverbs; give -d)")
+	return verbs.DeviceInfo{}, errors.New("the peer is perftest: it needs a device of the ibverbs or roce transport and none is available (build with -tags ibverbs, or give -d roceN)")
 }
 
 // runPWire runs one side against perftest on conn, after greet.
@@ -241,6 +255,7 @@ func runPWire(ctx context.Context, o Options, env Env, conn net.Conn, server boo
 	c.minHalf = cycle
 
 	s := &pwSession{session: &session{cfg: c, env: env, server: server}, p: p}
+	s.link, _ = conn.(rcmLink)
 	s.w = newWatch(ctx, nil)
 	s.w.tune(dev)
 	if c.Test.Kind == KindBW && c.noPeak && !server {
@@ -254,9 +269,9 @@ func runPWire(ctx context.Context, o Options, env Env, conn net.Conn, server boo
 	s.e.flat = true
 	for i := range s.e.qps {
 		q := s.e.local(i)
-		gid, lid, ok := pwIBAddrGID(q.addr)
+		gid, lid, ok := pwAddrGID(q.addr)
 		if !ok {
-			return fmt.Errorf("device %s gives no GID for its QPs; perftest peers need the ibverbs transport", dev.Name)
+			return fmt.Errorf("device %s gives no GID for its QPs; perftest peers need the ibverbs or roce transport", dev.Name)
 		}
 		if q.outReads == 0 {
 			q.outReads = 1 // perftest's for Write and Send
@@ -271,14 +286,48 @@ func runPWire(ctx context.Context, o Options, env Env, conn net.Conn, server boo
 	return s.finish(dev)
 }
 
-// connect moves the QPs to RTS with the peer's keys (ctx_connect).
+// connect moves the QPs to RTS with the peer's keys (ctx_connect); with
+// -R rdma_cm has done that, and the keys only say where to write.
 func (s *pwSession) connect() error {
 	remote := make([]qpInfo, len(s.rem))
 	for i, k := range s.rem {
 		remote[i] = qpInfo{lid: k.lid, outReads: k.outReads, qpn: k.qpn, psn: k.psn, rkey: k.rkey,
 			vaddr: k.vaddr, srqn: k.srqn, idx: i, addr: append([]byte(nil), k.gid[:]...)}
 	}
+	if s.link != nil {
+		if len(remote) != len(s.e.qps) {
+			return fmt.Errorf("the %s sent %d QPs' keys, want %d", s.p.peer, len(remote), len(s.e.qps))
+		}
+		s.e.remote = remote
+		return nil
+	}
 	return s.e.connect(remote, nil)
+}
+
+// rcmPre is, with -R, perftest's create_rdma_cm_connection, which comes
+// before the first exchange of keys or handshake: a handshake, the test
+// QPs' rdma_cm connections, a handshake (the keys in these two are not
+// filled in yet and are ignored).
+func (s *pwSession) rcmPre() error {
+	if s.link == nil {
+		return nil
+	}
+	if s.server {
+		if err := s.link.dataListen(s.e.ctx); err != nil {
+			return err
+		}
+	}
+	blank := make([]byte, pwKeyBinLen)
+	if _, err := s.p.xchg(blank, pwKeyBinLen, stepTimeout); err != nil {
+		return err
+	}
+	for _, qp := range s.e.qps {
+		if err := s.link.connectQP(s.w.ctx, qp); err != nil {
+			return err
+		}
+	}
+	_, err := s.p.xchg(blank, pwKeyBinLen, stepTimeout)
+	return err
 }
 
 // run is the test's sequence (see the top of the file).
@@ -286,6 +335,9 @@ func (s *pwSession) run() error {
 	c := s.cfg
 	t := c.Test
 	hs := func() error { return s.handshake(0) }
+	if err := s.rcmPre(); err != nil {
+		return err
+	}
 	steps := func(fs ...func() error) error {
 		for _, f := range fs {
 			if err := f(); err != nil {
@@ -417,6 +469,10 @@ func (s *pwSession) sendBW(r *sizeRun, size int64) (result, error) {
 		res, _, err := s.measure1(r, size)
 		return res, err
 	}
+	if !s.e.dev.Caps.Has(verbs.CapRNRRetry) && !r.bw.credits {
+		// iWARP: perftest's sender counts on receive credits.
+		r.bw.enableCredits()
+	}
 	start := time.Now()
 	st, err := r.bw.run()
 	if err != nil {
@@ -432,6 +488,9 @@ func (s *pwSession) close() error { return s.closeT(stepTimeout) }
 func (s *pwSession) closeT(timeout time.Duration) error {
 	if err := s.handshakeT(0, timeout); err != nil {
 		return err
+	}
+	if s.link != nil {
+		return nil // perftest's -R close is the handshake alone
 	}
 	conn := s.p.conn
 	conn.SetWriteDeadline(time.Now().Add(time.Second))

@@ -2,8 +2,10 @@ package perftest
 
 import (
 	"bytes"
+	"encoding/binary"
 	"io"
 	"net"
+	"net/netip"
 	"strings"
 	"testing"
 )
@@ -135,18 +137,30 @@ func TestPWReport(t *testing.T) {
 	}
 }
 
-func TestPWIBAddr(t *testing.T) {
+func TestPWAddr(t *testing.T) {
 	a := make([]byte, 48)
 	copy(a, "RKIB")
 	a[4] = 1
 	a[8] = 7
 	copy(a[16:], pwSample.gid[:])
-	gid, lid, ok := pwIBAddrGID(a)
+	gid, lid, ok := pwAddrGID(a)
 	if !ok || gid != pwSample.gid || lid != 7 {
 		t.Fatalf("%x %d %v", gid, lid, ok)
 	}
-	if _, _, ok := pwIBAddrGID([]byte("SMH1")); ok {
+	if _, _, ok := pwAddrGID([]byte("SMH1")); ok {
 		t.Fatal("shm address taken for an ibverbs one")
+	}
+	// transport/roce: version 1, port, QP number, then the IP (IPv4
+	// mapped), which is the RoCEv2 GID.
+	r := make([]byte, 24)
+	r[0] = 1
+	ip := netip.MustParseAddr("::ffff:10.98.0.2").As16()
+	copy(r[8:], ip[:])
+	if gid, lid, ok := pwAddrGID(r); !ok || gid != ip || lid != 0 {
+		t.Fatalf("roce address: %x %d %v", gid, lid, ok)
+	}
+	if _, _, ok := pwAddrGID(make([]byte, 24)); ok {
+		t.Fatal("an all-zero roce address taken")
 	}
 }
 
@@ -236,6 +250,47 @@ func FuzzParsePWKey(f *testing.F) {
 		k2, err := parsePWKey(k.encode())
 		if err != nil || k2 != k {
 			t.Fatalf("%q → %+v → %+v, %v", b, k, k2, err)
+		}
+	})
+}
+
+func TestPWKeyBin(t *testing.T) {
+	k := pwSample
+	k.lid = 0
+	b := k.encodeBin()
+	if len(b) != pwKeyBinLen {
+		t.Fatalf("%d bytes", len(b))
+	}
+	// The layout perftest's struct pingpong_dest has: QPN at 8, rkey at 16,
+	// the address at 24, the GID at 32, all big endian.
+	if binary.BigEndian.Uint32(b[8:]) != k.qpn || binary.BigEndian.Uint32(b[16:]) != k.rkey ||
+		binary.BigEndian.Uint64(b[24:]) != k.vaddr || !bytes.Equal(b[32:48], k.gid[:]) {
+		t.Fatalf("layout: %x", b)
+	}
+	got, err := parsePWKeyBin(b)
+	if err != nil || got != k {
+		t.Fatalf("round trip: %+v, %v, want %+v", got, err, k)
+	}
+	if _, err := parsePWKeyBin(b[:55]); err == nil {
+		t.Fatal("short key parsed")
+	}
+	b[8] = 1 // QPN beyond 24 bits
+	if _, err := parsePWKeyBin(b); err == nil {
+		t.Fatal("QPN beyond 24 bits parsed")
+	}
+}
+
+func FuzzParsePWKeyBin(f *testing.F) {
+	f.Add(pwSample.encodeBin())
+	f.Add(make([]byte, pwKeyBinLen))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		k, err := parsePWKeyBin(b)
+		if err != nil {
+			return
+		}
+		k2, err := parsePWKeyBin(k.encodeBin())
+		if err != nil || k2 != k {
+			t.Fatalf("%x → %+v → %+v, %v", b, k, k2, err)
 		}
 	})
 }

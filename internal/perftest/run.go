@@ -391,9 +391,34 @@ func runClient(ctx context.Context, o Options, env Env) (err error) {
 		}
 	}
 	addr := net.JoinHostPort(o.Server, strconv.Itoa(port))
-	d := net.Dialer{Timeout: dialTimeout, LocalAddr: sourceAddr(o.SourceIP)}
-	conn, err := d.DialContext(ctx, "tcp", addr)
+	var conn net.Conn
+	var cmErr error
+	if dev, ok := rcmDevice(o); ok {
+		// -R: perftest's exchange over rdma_cm; an rdmakit server without
+		// -R answers on TCP instead.
+		var ip net.IP
+		if ips, err := net.DefaultResolver.LookupIP(ctx, "ip", o.Server); err == nil && len(ips) > 0 {
+			ip = ips[0]
+		}
+		if ip == nil {
+			cmErr = fmt.Errorf("cannot resolve %s", o.Server)
+		} else if link, err := rcmDial(ctx, dev, ip, uint16(port)); err != nil {
+			cmErr = err
+		} else {
+			conn = link
+			if o.Device == "" {
+				o.Device = link.device()
+			}
+		}
+	}
+	if conn == nil {
+		d := net.Dialer{Timeout: dialTimeout, LocalAddr: sourceAddr(o.SourceIP)}
+		conn, err = d.DialContext(ctx, "tcp", addr)
+	}
 	if err != nil {
+		if cmErr != nil {
+			return fmt.Errorf("cannot reach server %s through rdma_cm (-R: %v) nor TCP: %w", addr, cmErr, dialCause(err))
+		}
 		return fmt.Errorf("cannot reach server %s: %w%s", addr, dialCause(err), refusedHint(err))
 	}
 	perftest, err := greet(conn, true, "server")
@@ -543,7 +568,10 @@ func (s *session) clientSizes(ctx context.Context, bar *progress) error {
 // perftest server run with -R, which listens through rdma_cm only.
 func refusedHint(err error) string {
 	if errors.Is(err, syscall.ECONNREFUSED) {
-		return " (no server on that port; a perftest server run with -R or -z listens through rdma_cm, which rdmakit perf does not speak: run it without -R)"
+		if rcmDial != nil {
+			return " (no server on that port; a perftest server run with -R listens through rdma_cm: give this side -R too)"
+		}
+		return " (no server on that port; a perftest server run with -R or -z listens through rdma_cm, which this build of rdmakit perf does not speak (build with -tags ibverbs): run it without -R)"
 	}
 	return ""
 }
@@ -603,15 +631,29 @@ func runServer(ctx context.Context, o Options, env Env) (err error) {
 	if err != nil {
 		return err
 	}
-	ln, err := listen(c0, env)
-	if err != nil {
-		return err
+	var conn net.Conn
+	if dev, ok := rcmDevice(o); ok && env.Listener == nil {
+		// -R: perftest's exchange over rdma_cm (not for --loopback's
+		// child, whose listener is inherited).
+		io.WriteString(env.Stdout, "\n************************************\n* Waiting for client to connect... *\n************************************\n")
+		var link rcmLink
+		if link, err = rcmAccept(ctx, dev, uint16(c0.port)); err == nil {
+			conn = link
+			if o.Device == "" {
+				o.Device = dev
+			}
+		}
+	} else {
+		var ln net.Listener
+		if ln, err = listen(c0, env); err != nil {
+			return err
+		}
+		stop := context.AfterFunc(ctx, func() { ln.Close() })
+		defer stop()
+		io.WriteString(env.Stdout, "\n************************************\n* Waiting for client to connect... *\n************************************\n")
+		conn, err = ln.Accept()
+		ln.Close()
 	}
-	stop := context.AfterFunc(ctx, func() { ln.Close() })
-	defer stop()
-	io.WriteString(env.Stdout, "\n************************************\n* Waiting for client to connect... *\n************************************\n")
-	conn, err := ln.Accept()
-	ln.Close()
 	if err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()

@@ -3,8 +3,10 @@
 # rxe (RoCE v2, the IPv4-mapped GID), with no special flag: rdmakit tells
 # perftest's exchange from its own. All eight tests in both roles, small
 # and 64 KiB sizes, -q 2, -a sweeps, -S/-T, a write_bw size mismatch
-# (which must fail on rdmakit's side with a message naming -s) and a
-# perftest -R server (named in rdmakit's error). One RESULT line per check.
+# (which must fail on rdmakit's side with a message naming -s), -R (the
+# exchange over rdma_cm) on rxe and siw, write_bw and send_bw both roles,
+# and a perftest -R server facing a client without -R (told to add it).
+# One RESULT line per check.
 #
 # Sourced by ci-guest.sh (uses result(), LOG, RXE, RXE_IP); run on its own
 # (test/vm/run.sh ... -- bash perftest-interop.sh) it sets up rxe itself
@@ -21,8 +23,8 @@ if [[ ${BASH_SOURCE[0]} == "$0" ]]; then
     case $1 in ok) PASS=$((PASS+1)) ;; FAIL) FAIL=$((FAIL+1)) ;; *) SKIP=$((SKIP+1)) ;; esac
     printf 'RESULT %-4s | %s | %s\n' "$1" "$2" "$3"
   }
-  "$HERE/rdma-setup.sh" rxe-dummy > "$LOG/setup.txt" 2>&1 || { cat "$LOG/setup.txt"; result FAIL setup "rdma-setup.sh failed"; }
-  RXE=rxe_dum; RXE_IP=10.200.0.1
+  "$HERE/rdma-setup.sh" rxe-dummy siw-dummy > "$LOG/setup.txt" 2>&1 || { cat "$LOG/setup.txt"; result FAIL setup "rdma-setup.sh failed"; }
+  RXE=rxe_dum; RXE_IP=10.200.0.1; SIW=siw_dum; SIW_IP=10.201.0.1
 fi
 PI_N=${PI_N:-50}
 PI_GIDX=$(awk -v d="name=$RXE" '$0 ~ d {for(i=1;i<=NF;i++) if($i ~ /^gid=/) print substr($i,5)}' "$LOG/setup.txt" | head -1)
@@ -65,6 +67,35 @@ pi_pair() {
   fi
 }
 
+pi_cm_listen() {  # port: until an rdma_cm LISTEN id on port (or 4 s)
+  local i
+  for i in $(seq 1 80); do
+    rdma res show cm_id 2> /dev/null | grep -q "state LISTEN.*:$1 " && return 0
+    sleep 0.05
+  done
+  return 1
+}
+
+# pi_rcm test server(rdmakit|perftest) dev ip: -R on both sides, -s 1024.
+pi_rcm() {
+  local test=$1 srv=$2 dev=$3 ip=$4 p=$((18600 + PASS + FAIL + SKIP)) sp s c cl sl
+  pi_base=$LOG/pi-R-$test-$dev-$srv-$p
+  local r=(./rdmakit perf "$test" -R -d "$dev" -n "$PI_N" -s 1024 -p "$p")
+  local q=(ib_"$test" -R -d "$dev" -F -n "$PI_N" -s 1024 -p "$p")
+  if [[ $srv == rdmakit ]]; then s=("${r[@]}"); c=("${q[@]}"); else s=("${q[@]}"); c=("${r[@]}"); fi
+  timeout 60 "${s[@]}" > "$pi_base.server" 2>&1 & sp=$!
+  pi_cm_listen "$p"
+  timeout 60 "${c[@]}" "$ip" > "$pi_base.client" 2>&1; pi_rc=$?
+  wait "$sp"; pi_src=$?
+  cl=$(pi_line "$pi_base.client"); sl=$(pi_line "$pi_base.server")
+  local label="perftest -R $dev $test -s 1024 ($srv server)"
+  if [[ $pi_rc == 0 && $pi_src == 0 && -n $cl ]]; then
+    result ok "$label" "client:$cl${sl:+ | server:$sl}"
+  else
+    result FAIL "$label" "rc=$pi_rc/$pi_src | $(tail -q -n 3 "$pi_base.client" "$pi_base.server" | tr '\n' ' ')"
+  fi
+}
+
 if [[ -x ./rdmakit ]] && command -v ib_write_bw > /dev/null; then
   for t in write_bw read_bw send_bw write_lat read_lat send_lat; do
     for srv in perftest rdmakit; do
@@ -98,17 +129,29 @@ if [[ -x ./rdmakit ]] && command -v ib_write_bw > /dev/null; then
   else
     result FAIL "perftest rxe write_bw size mismatch (perftest server)" "rc=$pi_rc/$pi_src | $(tail -q -n 3 "$pi_base.client" "$pi_base.server" | tr '\n' ' ')"
   fi
-  # perftest -R moves its whole exchange onto rdma_cm: not spoken; the
-  # rdmakit client says so when the TCP connection is refused.
+  # perftest -R: the whole exchange over rdma_cm, and the test QPs
+  # connected through it; rdmakit perf -R speaks it (rxe, and siw, where
+  # perftest needs -R). Both roles, write_bw and send_bw.
+  for dv in "$RXE:$RXE_IP" "${SIW:-}:${SIW_IP:-}"; do
+    dev=${dv%%:*} ip=${dv#*:}
+    [[ -n $dev && -e /sys/class/infiniband/$dev ]] || continue
+    for t in write_bw send_bw; do
+      for srv in perftest rdmakit; do
+        pi_rcm "$t" "$srv" "$dev" "$ip"
+      done
+    done
+  done
+  # Without -R, an rdmakit client facing a perftest -R server is told to
+  # add -R (no TCP server on the port).
   p=$((18600 + PASS + FAIL + SKIP)); pi_base=$LOG/pi-R-$p
   timeout 60 ib_write_bw -d "$RXE" -x "$PI_GIDX" -F -R -p "$p" > "$pi_base.server" 2>&1 & sp=$!
-  sleep 2
+  pi_cm_listen "$p"
   timeout 30 ./rdmakit perf write_bw -d "$RXE" -p "$p" "$RXE_IP" > "$pi_base.client" 2>&1; pi_rc=$?
   kill "$sp" 2> /dev/null; wait "$sp"; pi_src=$?
-  if [[ $pi_rc != 0 ]] && grep -q -- "run it without -R" "$pi_base.client"; then
-    result ok "perftest rxe write_bw -R server named (rdmakit client)" "rc=$pi_rc/$pi_src"
+  if [[ $pi_rc != 0 ]] && grep -q -- "listens through rdma_cm" "$pi_base.client"; then
+    result ok "perftest rxe write_bw -R server, rdmakit client without -R: told to add -R" "rc=$pi_rc/$pi_src"
   else
-    result FAIL "perftest rxe write_bw -R server named (rdmakit client)" "rc=$pi_rc/$pi_src | $(tail -q -n 3 "$pi_base.client" "$pi_base.server" | tr '\n' ' ')"
+    result FAIL "perftest rxe write_bw -R server, rdmakit client without -R: told to add -R" "rc=$pi_rc/$pi_src | $(tail -q -n 3 "$pi_base.client" "$pi_base.server" | tr '\n' ' ')"
   fi
 else
   result skip "perftest interop" "rdmakit or perftest missing"

@@ -13,9 +13,8 @@
 #     guest kernel has no netem: nftables dropping 5% each way)
 #   - side by side, write_bw 64 KiB: rdmakit perf roce0 <-> roce0 across
 #     the veth, and ib_write_bw on rxe_v (both ends on rxe)
-# (rdmakit perf --perftest-wire against ib_write_bw is not run: the
-# perftest exchange in internal/perftest takes the GID from ibverbs QP
-# addresses only.)
+#   - rdmakit perf on roce0 against perftest on rxe_v, both roles
+#     (roce-perftest.sh)
 #
 # Sourced by ci-guest.sh (uses result() and LOG); run on its own
 # (test/vm/run.sh -w DIR -- bash DIR/roce.sh, with roce.test and rdmakit
@@ -161,6 +160,7 @@ if [[ -x ./rdmakit && -e /sys/class/infiniband/$RO_RXE ]]; then
   if [[ $rc == 0 && $src == 0 && -n $rk ]]; then result ok "rdmakit perf write_bw 64K roce0<->roce0 over veth" "$rk MiB/s"
   else result FAIL "rdmakit perf write_bw 64K roce0<->roce0 over veth" "rc=$rc/$src $(tail -q -n 2 "$LOG/roce-perf.client" "$LOG/roce-perf.server" | tr '\n' ' ')"; fi
   gidx=$(grep -l "ffff:0a62:0001" /sys/class/infiniband/$RO_RXE/ports/1/gids/* 2> /dev/null | head -1 | xargs -r basename)
+  RO_GIDX=$gidx
   if command -v ib_write_bw > /dev/null && [[ -n $gidx ]]; then
     taskset -c 0 timeout 120 ib_write_bw -d $RO_RXE -x "$gidx" -F -s 65536 -n 1000 -p 18791 > "$LOG/roce-rxe-perf.server" 2>&1 & sp=$!
     sleep 1
@@ -175,6 +175,10 @@ if [[ -x ./rdmakit && -e /sys/class/infiniband/$RO_RXE ]]; then
   else
     result skip "ib_write_bw 64K on rxe_v" "no ib_write_bw or no GID"
   fi
+fi
+if [[ -e /sys/class/infiniband/$RO_RXE && -f "$(dirname "${BASH_SOURCE[0]}")/roce-perftest.sh" ]]; then
+  # shellcheck source=roce-perftest.sh
+  . "$(dirname "${BASH_SOURCE[0]}")/roce-perftest.sh"
 fi
 if ((RO_STANDALONE)); then
   echo "$PASS passed, $FAIL failed, $SKIP skipped"
