@@ -197,7 +197,7 @@ type Server struct {
 	// mu guards conns, unauth, extra and closed.
 	mu     sync.Mutex
 	conns  map[net.Conn]struct{}
-	unauth int // connections of conns not authenticated yet
+	unauth int            // connections of conns not authenticated yet
 	extra  []net.Listener // ServeLocal's
 	closed bool
 }
