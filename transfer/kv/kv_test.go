@@ -478,3 +478,39 @@ func TestStoreFull(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestLeaseIDs: a client cannot release another client's read lease by
+// working out its id from its own (ids are not a counter).
+func TestLeaseIDs(t *testing.T) {
+	m := newMaster(time.Minute, time.Minute)
+	now := time.Now()
+	m.join(now, "h", "seg", 1<<20, 0)
+	for _, k := range []string{"a", "b"} {
+		e, err := m.putStart(now, k, 4096, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := m.putEnd(e.ver, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a, _, err := m.get(now, "a") // client A's read
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, mine, err := m.get(now, "b") // client B's
+	if err != nil {
+		t.Fatal(err)
+	}
+	// B releases every id near its own, and the ids of the versions.
+	for d := uint64(1); d <= 1<<16; d++ {
+		if mine-d != 0 {
+			m.releaseLocked(mine - d)
+		}
+		m.releaseLocked(mine + d)
+		m.releaseLocked(d)
+	}
+	if a.readers != 1 {
+		t.Fatalf("A's lease released by B: %d readers", a.readers)
+	}
+}

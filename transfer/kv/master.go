@@ -8,7 +8,9 @@ package kv
 
 import (
 	"container/list"
+	crand "crypto/rand"
 	"fmt"
+	"math/rand/v2"
 	"sort"
 	"sync"
 	"time"
@@ -68,18 +70,21 @@ type master struct {
 	entries   map[string]*entry // key → visible version
 	pending   map[uint64]*entry // version → put in progress
 	leases    map[uint64]*lease
-	lru       *list.List // of *entry, least recently used first
-	next      uint64     // versions and lease ids
+	lru       *list.List    // of *entry, least recently used first
+	next      uint64        // versions
+	ids       *rand.ChaCha8 // lease ids: unguessable, so that a client cannot release another's
 	lastSweep time.Time
 	evictions uint64
 	ha        *haMaster // nil: the table lives only here (ha.go)
 }
 
 func newMaster(leaseTTL, putTTL time.Duration) *master {
+	var seed [32]byte
+	crand.Read(seed[:]) // never fails (it panics where it cannot read)
 	return &master{
 		leaseTTL: leaseTTL, putTTL: putTTL, maxKeys: 1 << 22,
 		holders: map[string]*holder{}, entries: map[string]*entry{}, pending: map[uint64]*entry{},
-		leases: map[uint64]*lease{}, lru: list.New(),
+		leases: map[uint64]*lease{}, lru: list.New(), ids: rand.NewChaCha8(seed),
 	}
 }
 
@@ -331,8 +336,13 @@ func (m *master) get(now time.Time, key string) (*entry, uint64, error) {
 		return nil, 0, fmt.Errorf("%w: %d reads in progress", ErrFull, maxLeases)
 	}
 	m.lru.MoveToBack(e.lru)
-	m.next++
-	id := m.next
+	// A random id (not a counter): a release names a lease by its id
+	// alone, from any connection, so an id another client could work out
+	// would let it free a value still being read.
+	id := m.ids.Uint64()
+	for id == 0 || m.leases[id] != nil {
+		id = m.ids.Uint64()
+	}
 	e.readers++
 	m.leases[id] = &lease{e: e, expires: now.Add(m.leaseTTL)}
 	return e, id, nil
