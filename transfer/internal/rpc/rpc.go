@@ -83,6 +83,11 @@ const (
 	maxIdle = 16
 )
 
+// sendTimeout bounds how long a server waits to write an answer: a
+// client that never reads its answers is dropped after it (a variable for
+// tests).
+var sendTimeout = IdleTimeout
+
 // Proto names a protocol: its magic, version and handshake label.
 type Proto struct {
 	Magic   uint32
@@ -324,7 +329,9 @@ func (s *Server) serve(nc net.Conn) {
 		if err != nil || typ != fRequest {
 			return
 		}
-		if c.send(fAnswer, s.handle(s.ctx, p)) != nil {
+		ans := s.handle(s.ctx, p)
+		nc.SetWriteDeadline(time.Now().Add(sendTimeout))
+		if c.send(fAnswer, ans) != nil {
 			return
 		}
 	}

@@ -204,3 +204,43 @@ func TestUnauthCap(t *testing.T) {
 		t.Fatalf("after: %q %v", got, err)
 	}
 }
+
+// TestSendTimeout: a client that sends requests and never reads the
+// answers is dropped once an answer waits sendTimeout to be written.
+func TestSendTimeout(t *testing.T) {
+	sendTimeout = 100 * time.Millisecond
+	defer func() { sendTimeout = IdleTimeout }()
+	big := make([]byte, 60000)
+	s, err := Listen("127.0.0.1:0", proto, nil, true, func(context.Context, []byte) []byte { return big })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	nc, err := net.Dial("tcp", s.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	hello := append(append(frame.AppendUint32(nil, proto.Magic), proto.Version, 0), make([]byte, 32)...)
+	var msg []byte
+	msg = frame.AppendFrame(msg, fHello, hello)
+	for range 2000 { // 120 MB of answers: more than the socket buffers hold
+		msg = frame.AppendFrame(msg, fRequest, nil)
+	}
+	if _, err := nc.Write(msg); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		s.mu.Lock()
+		n := len(s.conns)
+		s.mu.Unlock()
+		if n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("a client that reads no answer still holds its connection after 20 s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
