@@ -17,7 +17,7 @@ func FuzzServiceHandle(f *testing.F) {
 	f.Add(append([]byte{opGet, 0, 0, 0, 1}, key...))
 	f.Add(append([]byte{opRemove, 0, 1, 0, 0, 0, 0, 0, 0, 0, 7, 0, 1}, key...))
 	f.Add(frame.AppendUint64([]byte{opPutEnd, 0, 0, 0, 1, 1}, 1))
-	f.Add(frame.AppendUint32(frame.AppendBytes16([]byte{opList, 0, 0}, nil), 10))
+	f.Add(frame.AppendBytes16(frame.AppendUint32(frame.AppendBytes16([]byte{opList, 0, 0}, nil), 10), nil))
 	f.Add([]byte{opJoin, 0, 0, 1, 'h', 1, 's', 0, 0, 0, 0, 0, 16, 0, 0})
 	f.Add([]byte{opStats, 0, 0})
 	f.Fuzz(func(t *testing.T, p []byte) {

@@ -8,12 +8,15 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 
+	"github.com/rdmakit/rdmakit/internal/frame"
 	"github.com/rdmakit/rdmakit/internal/reexec"
 	"github.com/rdmakit/rdmakit/transfer"
 	_ "github.com/rdmakit/rdmakit/transport/shm"
@@ -512,5 +515,84 @@ func TestLeaseIDs(t *testing.T) {
 	}
 	if a.readers != 1 {
 		t.Fatalf("A's lease released by B: %d readers", a.readers)
+	}
+}
+
+// TestListBounded: a List answer stays under the message limit however
+// long the keys, and the rest comes in the next pages.
+func TestListBounded(t *testing.T) {
+	s := &service{m: newMaster(time.Minute, time.Minute), maxKey: MaxKeyLen, maxValue: 1 << 20, maxRepl: MaxReplicas}
+	m := s.m
+	now := time.Now()
+	m.join(now, "h", "seg", 1<<20, 0)
+	const n = 1100 // 1100 keys of 4 KiB: more than one message holds
+	for i := range n {
+		key := fmt.Sprintf("%04d%s", i, strings.Repeat("k", MaxKeyLen-4))
+		e, err := m.putStart(now, key, 0, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.putEnd(e.ver, true)
+	}
+	var got []string
+	var after []byte
+	for page := 0; ; page++ {
+		req := frame.AppendUint32(frame.AppendBytes16([]byte{opList, 0, 0}, nil), 100000)
+		ans := s.handle(context.Background(), frame.AppendBytes16(req, after))
+		if len(ans) > kvProto.Limit {
+			t.Fatalf("a %d-byte answer (the limit is %d)", len(ans), kvProto.Limit)
+		}
+		d := frame.NewDecoder(ans)
+		if err := decodeErr(&d); err != nil {
+			t.Fatal(err)
+		}
+		k := int(d.Uint32())
+		for range k {
+			got = append(got, string(d.Bytes16()))
+			d.Uint64()
+		}
+		more := d.Uint8() == 1
+		if err := d.Finish(); err != nil || page > 3 {
+			t.Fatalf("page %d: %v", page, err)
+		}
+		if !more {
+			break
+		}
+		after = []byte(got[len(got)-1])
+	}
+	if len(got) != n || !slices.IsSorted(got) || got[0][:4] != "0000" {
+		t.Fatalf("%d keys listed of %d", len(got), n)
+	}
+}
+
+// TestListPages: Store.List gathers a list longer than one answer holds.
+func TestListPages(t *testing.T) {
+	ctx := context.Background()
+	ss := cluster(t, "shm0", 1, 1<<20, func(c *Config) { c.MaxKeyLen = MaxKeyLen })
+	const n = 1100
+	var keys, vals [][]byte
+	for i := range n {
+		keys = append(keys, []byte(fmt.Sprintf("%04d%s", i, strings.Repeat("k", MaxKeyLen-4))))
+		vals = append(vals, nil)
+	}
+	for i := 0; i < n; i += 500 {
+		j := min(i+500, n)
+		if err := ss[0].PutBatch(ctx, keys[i:j], vals[i:j]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, limit := range []int{0, 5, 1050, 100000} {
+		got, err := ss[0].List(ctx, nil, limit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != min(limit, n) {
+			t.Fatalf("limit %d: %d keys", limit, len(got))
+		}
+		for i, k := range got {
+			if !bytes.Equal(k.Key, keys[i]) {
+				t.Fatalf("limit %d: key %d is %.8q", limit, i, k.Key)
+			}
+		}
 	}
 }

@@ -11,7 +11,9 @@ import (
 	crand "crypto/rand"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 )
@@ -376,19 +378,31 @@ type KeyInfo struct {
 	Size uint64
 }
 
-func (m *master) list(prefix string, limit int) []KeyInfo {
-	var out []KeyInfo
-	for k, e := range m.entries {
-		if len(k) >= len(prefix) && k[:len(prefix)] == prefix {
-			out = append(out, KeyInfo{Key: []byte(k), Size: e.size})
+// list returns, in byte order, the keys starting with prefix and after
+// after, as many as fit in limit keys and budget bytes of answer (each
+// key costing listCost), and whether keys were left out. Only the keys are
+// copied and sorted; a KeyInfo is made only for those returned.
+func (m *master) list(prefix, after string, limit, budget int) ([]KeyInfo, bool) {
+	var keys []string
+	for k := range m.entries {
+		if strings.HasPrefix(k, prefix) && k > after {
+			keys = append(keys, k)
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return string(out[i].Key) < string(out[j].Key) })
-	if len(out) > limit {
-		out = out[:limit]
+	slices.Sort(keys)
+	var out []KeyInfo
+	for _, k := range keys {
+		if len(out) == limit || budget < listCost(k) {
+			return out, true
+		}
+		budget -= listCost(k)
+		out = append(out, KeyInfo{Key: []byte(k), Size: m.entries[k].size})
 	}
-	return out
+	return out, false
 }
+
+// listCost is a key's share of a List answer: {key bytes16, size u64}.
+func listCost(k string) int { return 2 + len(k) + 8 }
 
 // NodeStats is one store node's share, as Stats returns it.
 type NodeStats struct {

@@ -1012,26 +1012,40 @@ func (s *Store) Remove(ctx context.Context, key []byte) error {
 	return unwrapOne(s.RemoveBatch(ctx, [][]byte{key}))
 }
 
-// List returns up to limit keys starting with prefix, in byte order.
+// List returns up to limit keys starting with prefix, in byte order. A
+// long list takes several requests (each answer is bounded), so it is not
+// one snapshot: keys put or removed meanwhile may be missed or listed.
 func (s *Store) List(ctx context.Context, prefix []byte, limit int) ([]KeyInfo, error) {
 	if len(prefix) > MaxKeyLen || limit < 0 {
 		return nil, fmt.Errorf("%w: prefix of %d bytes", ErrTooLarge, len(prefix))
 	}
-	req := frame.AppendBytes16([]byte{opList, 0, 0}, prefix)
-	d, err := s.call(ctx, frame.AppendUint32(req, uint32(limit)))
-	if err != nil {
-		return nil, err
-	}
-	n := int(d.Uint32())
 	var out []KeyInfo
-	for i := 0; i < n && d.Err() == nil; i++ {
-		k := append([]byte(nil), d.Bytes16()...)
-		out = append(out, KeyInfo{Key: k, Size: d.Uint64()})
+	var after []byte
+	for limit > 0 {
+		req := frame.AppendBytes16([]byte{opList, 0, 0}, prefix)
+		req = frame.AppendUint32(req, uint32(min(limit-len(out), maxListKeys)))
+		d, err := s.call(ctx, frame.AppendBytes16(req, after))
+		if err != nil {
+			return nil, err
+		}
+		n := int(d.Uint32())
+		if n > limit-len(out) {
+			return nil, fmt.Errorf("%w: malformed answer", rpc.ErrProtocol)
+		}
+		for i := 0; i < n && d.Err() == nil; i++ {
+			k := append([]byte(nil), d.Bytes16()...)
+			out = append(out, KeyInfo{Key: k, Size: d.Uint64()})
+		}
+		more := d.Uint8() == 1
+		if d.Finish() != nil || more && n == 0 {
+			return nil, fmt.Errorf("%w: malformed answer", rpc.ErrProtocol)
+		}
+		if !more || len(out) >= limit {
+			return out, nil
+		}
+		after = out[len(out)-1].Key
 	}
-	if d.Finish() != nil {
-		return nil, fmt.Errorf("%w: malformed answer", rpc.ErrProtocol)
-	}
-	return out, nil
+	return nil, nil
 }
 
 // Stats returns the master's view: keys, leases, evictions, store nodes.
