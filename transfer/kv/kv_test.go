@@ -285,7 +285,7 @@ func TestEviction(t *testing.T) {
 func TestFullWhileRead(t *testing.T) {
 	m := newMaster(time.Minute, time.Minute)
 	now := time.Now()
-	m.join(now, "h", "seg", 1<<20, 0)
+	m.join(now, "h", "s1", "seg", 1<<20, 0)
 	e, err := m.putStart(now, "a", 1<<20, 1)
 	if err != nil {
 		t.Fatal(err)
@@ -487,7 +487,7 @@ func TestStoreFull(t *testing.T) {
 func TestLeaseIDs(t *testing.T) {
 	m := newMaster(time.Minute, time.Minute)
 	now := time.Now()
-	m.join(now, "h", "seg", 1<<20, 0)
+	m.join(now, "h", "s1", "seg", 1<<20, 0)
 	for _, k := range []string{"a", "b"} {
 		e, err := m.putStart(now, k, 4096, 1)
 		if err != nil {
@@ -524,7 +524,7 @@ func TestListBounded(t *testing.T) {
 	s := &service{m: newMaster(time.Minute, time.Minute), maxKey: MaxKeyLen, maxValue: 1 << 20, maxRepl: MaxReplicas}
 	m := s.m
 	now := time.Now()
-	m.join(now, "h", "seg", 1<<20, 0)
+	m.join(now, "h", "s1", "seg", 1<<20, 0)
 	const n = 1100 // 1100 keys of 4 KiB: more than one message holds
 	for i := range n {
 		key := fmt.Sprintf("%04d%s", i, strings.Repeat("k", MaxKeyLen-4))
@@ -594,5 +594,52 @@ func TestListPages(t *testing.T) {
 				t.Fatalf("limit %d: key %d is %.8q", limit, i, k.Key)
 			}
 		}
+	}
+}
+
+// TestHolderSessions: a store node's name belongs to the session that
+// joined it (another cannot make it leave or take it over), the holders
+// are bounded.
+func TestHolderSessions(t *testing.T) {
+	s := &service{m: newMaster(time.Minute, time.Minute), maxKey: 64, maxValue: 1 << 20, maxRepl: MaxReplicas, holderTTL: time.Minute}
+	call := func(op byte, fields ...string) error {
+		req := []byte{op, 0, 0}
+		for i, f := range fields {
+			req = frame.AppendString8(req, f)
+			if op == opJoin && i == 1 {
+				req = frame.AppendUint64(req, 1<<20)
+			}
+		}
+		d := frame.NewDecoder(s.handle(context.Background(), req))
+		return decodeErr(&d)
+	}
+	if err := call(opJoin, "a", "seg-a", "session-a"); err != nil {
+		t.Fatal(err)
+	}
+	// Another session: no leave, no re-join, no heartbeat under a's name.
+	call(opLeave, "a", "session-b")
+	if err := call(opJoin, "a", "seg-b", "session-b"); err == nil {
+		t.Fatal("a joined again from another session")
+	}
+	if err := call(opBeat, "a", "session-b"); err == nil {
+		t.Fatal("a beat from another session")
+	}
+	if h := s.m.holders["a"]; h == nil || h.segment != "seg-a" {
+		t.Fatalf("holder a taken over: %+v", h)
+	}
+	if err := call(opBeat, "a", "session-a"); err != nil {
+		t.Fatal(err)
+	}
+	call(opLeave, "a", "session-a")
+	if s.m.holders["a"] != nil {
+		t.Fatal("a's own leave ignored")
+	}
+	// The cap.
+	var err error
+	for i := 0; err == nil && i <= maxHolders; i++ {
+		err = call(opJoin, fmt.Sprint(i), "seg", "s")
+	}
+	if !errors.Is(err, ErrFull) || len(s.m.holders) != maxHolders {
+		t.Fatalf("%d holders: %v", len(s.m.holders), err)
 	}
 }

@@ -21,6 +21,7 @@ import (
 // holder is a store node's pool as the master sees it.
 type holder struct {
 	name    string
+	session string // the joining store's random token: only it may beat or leave ("": the next to beat or join adopts it, after a failover)
 	segment string
 	alloc   *allocator
 	ttl     time.Duration
@@ -56,6 +57,9 @@ type Location struct {
 	Segment string
 	Offset  uint64
 }
+
+// maxHolders bounds the store nodes joined at once.
+const maxHolders = 4096
 
 // maxLeases bounds the read leases held at once (clients that never hand
 // theirs back cost at most this until LeaseTTL frees them).
@@ -116,27 +120,43 @@ func (m *master) sweep(now time.Time) {
 }
 
 // join registers a holder (again: a holder that re-joins with the same
-// segment keeps its values).
-func (m *master) join(now time.Time, name, segment string, size uint64, ttl time.Duration) error {
+// segment keeps its values). A name joined from another session is
+// refused until that holder leaves or goes silent.
+func (m *master) join(now time.Time, name, session, segment string, size uint64, ttl time.Duration) error {
 	if h, ok := m.holders[name]; ok {
+		if h.session != "" && h.session != session {
+			return fmt.Errorf("%w: store node %q is joined from another session", errTaken, name)
+		}
+		h.session = session
 		if h.segment == segment && h.alloc.size == size&^(allocAlign-1) {
 			h.seen, h.ttl = now, ttl
 			return nil
 		}
 		m.dropHolder(name)
 	}
-	m.holders[name] = &holder{name: name, segment: segment, alloc: newAllocator(size), ttl: ttl, seen: now}
+	if len(m.holders) >= maxHolders {
+		return fmt.Errorf("%w: %d store nodes joined", ErrFull, maxHolders)
+	}
+	m.holders[name] = &holder{name: name, session: session, segment: segment, alloc: newAllocator(size), ttl: ttl, seen: now}
 	m.journalHolder(name, segment, size)
 	return nil
 }
 
-func (m *master) beat(now time.Time, name string) error {
+func (m *master) beat(now time.Time, name, session string) error {
 	h, ok := m.holders[name]
-	if !ok {
+	if !ok || h.session != "" && h.session != session {
 		return fmt.Errorf("%w: holder %q not joined", ErrNoNodes, name)
 	}
+	h.session = session
 	h.seen = now
 	return nil
+}
+
+// leave drops a holder at the request of the session that joined it.
+func (m *master) leave(name, session string) {
+	if h, ok := m.holders[name]; ok && (h.session == "" || h.session == session) {
+		m.dropHolder(name)
+	}
 }
 
 // dropHolder forgets a holder and every replica on it; values left with
