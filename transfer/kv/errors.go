@@ -29,6 +29,10 @@ var (
 	ErrLeaseExpired = errors.New("kv: read lease expired before the read finished")
 )
 
+// errTaken: a store node name joined from another session (another
+// process holds it until it leaves or goes silent).
+var errTaken = errors.New("kv: store node name in use")
+
 // KeyError says which key of a batch failed and why; it matches the cause.
 type KeyError struct {
 	Index int

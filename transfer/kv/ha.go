@@ -189,8 +189,8 @@ func (m *master) flush() error {
 // stops trusting its read LeaseTTL*9/10 after it asked for the lease, so
 // the new master hands out no space for LeaseTTL after it takes over: no
 // value a reader of the last master may still be reading is overwritten.
-// Versions and lease ids restart above rev<<32 (rev grows with every
-// election), so none is ever issued twice. A table with no holder is a new
+// Versions restart above rev<<32 (rev grows with every election), so none
+// is ever issued twice; lease ids are random 64-bit numbers. A table with no holder is a new
 // store's, with no read to wait for: its first master starts at once. The
 // caller holds the master's lock.
 func (m *master) takeOver(now time.Time, kvs []*kvRow, rev int64, holderTTL time.Duration) {

@@ -8,12 +8,15 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 
+	"github.com/rdmakit/rdmakit/internal/frame"
 	"github.com/rdmakit/rdmakit/internal/reexec"
 	"github.com/rdmakit/rdmakit/transfer"
 	_ "github.com/rdmakit/rdmakit/transport/shm"
@@ -282,7 +285,7 @@ func TestEviction(t *testing.T) {
 func TestFullWhileRead(t *testing.T) {
 	m := newMaster(time.Minute, time.Minute)
 	now := time.Now()
-	m.join(now, "h", "seg", 1<<20, 0)
+	m.join(now, "h", "s1", "seg", 1<<20, 0)
 	e, err := m.putStart(now, "a", 1<<20, 1)
 	if err != nil {
 		t.Fatal(err)
@@ -476,5 +479,167 @@ func TestStoreFull(t *testing.T) {
 	// Now "big" may be evicted for the new value.
 	if err := c.Put(ctx, []byte("other"), value(2, 512<<10)); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestLeaseIDs: a client cannot release another client's read lease by
+// working out its id from its own (ids are not a counter).
+func TestLeaseIDs(t *testing.T) {
+	m := newMaster(time.Minute, time.Minute)
+	now := time.Now()
+	m.join(now, "h", "s1", "seg", 1<<20, 0)
+	for _, k := range []string{"a", "b"} {
+		e, err := m.putStart(now, k, 4096, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := m.putEnd(e.ver, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a, _, err := m.get(now, "a") // client A's read
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, mine, err := m.get(now, "b") // client B's
+	if err != nil {
+		t.Fatal(err)
+	}
+	// B releases every id near its own, and the ids of the versions.
+	for d := uint64(1); d <= 1<<16; d++ {
+		if mine-d != 0 {
+			m.releaseLocked(mine - d)
+		}
+		m.releaseLocked(mine + d)
+		m.releaseLocked(d)
+	}
+	if a.readers != 1 {
+		t.Fatalf("A's lease released by B: %d readers", a.readers)
+	}
+}
+
+// TestListBounded: a List answer stays under the message limit however
+// long the keys, and the rest comes in the next pages.
+func TestListBounded(t *testing.T) {
+	s := &service{m: newMaster(time.Minute, time.Minute), maxKey: MaxKeyLen, maxValue: 1 << 20, maxRepl: MaxReplicas}
+	m := s.m
+	now := time.Now()
+	m.join(now, "h", "s1", "seg", 1<<20, 0)
+	const n = 1100 // 1100 keys of 4 KiB: more than one message holds
+	for i := range n {
+		key := fmt.Sprintf("%04d%s", i, strings.Repeat("k", MaxKeyLen-4))
+		e, err := m.putStart(now, key, 0, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.putEnd(e.ver, true)
+	}
+	var got []string
+	var after []byte
+	for page := 0; ; page++ {
+		req := frame.AppendUint32(frame.AppendBytes16([]byte{opList, 0, 0}, nil), 100000)
+		ans := s.handle(context.Background(), frame.AppendBytes16(req, after))
+		if len(ans) > kvProto.Limit {
+			t.Fatalf("a %d-byte answer (the limit is %d)", len(ans), kvProto.Limit)
+		}
+		d := frame.NewDecoder(ans)
+		if err := decodeErr(&d); err != nil {
+			t.Fatal(err)
+		}
+		k := int(d.Uint32())
+		for range k {
+			got = append(got, string(d.Bytes16()))
+			d.Uint64()
+		}
+		more := d.Uint8() == 1
+		if err := d.Finish(); err != nil || page > 3 {
+			t.Fatalf("page %d: %v", page, err)
+		}
+		if !more {
+			break
+		}
+		after = []byte(got[len(got)-1])
+	}
+	if len(got) != n || !slices.IsSorted(got) || got[0][:4] != "0000" {
+		t.Fatalf("%d keys listed of %d", len(got), n)
+	}
+}
+
+// TestListPages: Store.List gathers a list longer than one answer holds.
+func TestListPages(t *testing.T) {
+	ctx := context.Background()
+	ss := cluster(t, "shm0", 1, 1<<20, func(c *Config) { c.MaxKeyLen = MaxKeyLen })
+	const n = 1100
+	var keys, vals [][]byte
+	for i := range n {
+		keys = append(keys, []byte(fmt.Sprintf("%04d%s", i, strings.Repeat("k", MaxKeyLen-4))))
+		vals = append(vals, nil)
+	}
+	for i := 0; i < n; i += 500 {
+		j := min(i+500, n)
+		if err := ss[0].PutBatch(ctx, keys[i:j], vals[i:j]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, limit := range []int{0, 5, 1050, 100000} {
+		got, err := ss[0].List(ctx, nil, limit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != min(limit, n) {
+			t.Fatalf("limit %d: %d keys", limit, len(got))
+		}
+		for i, k := range got {
+			if !bytes.Equal(k.Key, keys[i]) {
+				t.Fatalf("limit %d: key %d is %.8q", limit, i, k.Key)
+			}
+		}
+	}
+}
+
+// TestHolderSessions: a store node's name belongs to the session that
+// joined it (another cannot make it leave or take it over), the holders
+// are bounded.
+func TestHolderSessions(t *testing.T) {
+	s := &service{m: newMaster(time.Minute, time.Minute), maxKey: 64, maxValue: 1 << 20, maxRepl: MaxReplicas, holderTTL: time.Minute}
+	call := func(op byte, fields ...string) error {
+		req := []byte{op, 0, 0}
+		for i, f := range fields {
+			req = frame.AppendString8(req, f)
+			if op == opJoin && i == 1 {
+				req = frame.AppendUint64(req, 1<<20)
+			}
+		}
+		d := frame.NewDecoder(s.handle(context.Background(), req))
+		return decodeErr(&d)
+	}
+	if err := call(opJoin, "a", "seg-a", "session-a"); err != nil {
+		t.Fatal(err)
+	}
+	// Another session: no leave, no re-join, no heartbeat under a's name.
+	call(opLeave, "a", "session-b")
+	if err := call(opJoin, "a", "seg-b", "session-b"); err == nil {
+		t.Fatal("a joined again from another session")
+	}
+	if err := call(opBeat, "a", "session-b"); err == nil {
+		t.Fatal("a beat from another session")
+	}
+	if h := s.m.holders["a"]; h == nil || h.segment != "seg-a" {
+		t.Fatalf("holder a taken over: %+v", h)
+	}
+	if err := call(opBeat, "a", "session-a"); err != nil {
+		t.Fatal(err)
+	}
+	call(opLeave, "a", "session-a")
+	if s.m.holders["a"] != nil {
+		t.Fatal("a's own leave ignored")
+	}
+	// The cap.
+	var err error
+	for i := 0; err == nil && i <= maxHolders; i++ {
+		err = call(opJoin, fmt.Sprint(i), "seg", "s")
+	}
+	if !errors.Is(err, ErrFull) || len(s.m.holders) != maxHolders {
+		t.Fatalf("%d holders: %v", len(s.m.holders), err)
 	}
 }

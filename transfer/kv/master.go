@@ -8,8 +8,12 @@ package kv
 
 import (
 	"container/list"
+	crand "crypto/rand"
 	"fmt"
+	"math/rand/v2"
+	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 )
@@ -17,6 +21,7 @@ import (
 // holder is a store node's pool as the master sees it.
 type holder struct {
 	name    string
+	session string // the joining store's random token: only it may beat or leave ("": the next to beat or join adopts it, after a failover)
 	segment string
 	alloc   *allocator
 	ttl     time.Duration
@@ -53,6 +58,9 @@ type Location struct {
 	Offset  uint64
 }
 
+// maxHolders bounds the store nodes joined at once.
+const maxHolders = 4096
+
 // maxLeases bounds the read leases held at once (clients that never hand
 // theirs back cost at most this until LeaseTTL frees them).
 const maxLeases = 1 << 20
@@ -68,18 +76,21 @@ type master struct {
 	entries   map[string]*entry // key → visible version
 	pending   map[uint64]*entry // version → put in progress
 	leases    map[uint64]*lease
-	lru       *list.List // of *entry, least recently used first
-	next      uint64     // versions and lease ids
+	lru       *list.List    // of *entry, least recently used first
+	next      uint64        // versions
+	ids       *rand.ChaCha8 // lease ids: unguessable, so that a client cannot release another's
 	lastSweep time.Time
 	evictions uint64
 	ha        *haMaster // nil: the table lives only here (ha.go)
 }
 
 func newMaster(leaseTTL, putTTL time.Duration) *master {
+	var seed [32]byte
+	crand.Read(seed[:]) // never fails (it panics where it cannot read)
 	return &master{
 		leaseTTL: leaseTTL, putTTL: putTTL, maxKeys: 1 << 22,
 		holders: map[string]*holder{}, entries: map[string]*entry{}, pending: map[uint64]*entry{},
-		leases: map[uint64]*lease{}, lru: list.New(),
+		leases: map[uint64]*lease{}, lru: list.New(), ids: rand.NewChaCha8(seed),
 	}
 }
 
@@ -109,27 +120,43 @@ func (m *master) sweep(now time.Time) {
 }
 
 // join registers a holder (again: a holder that re-joins with the same
-// segment keeps its values).
-func (m *master) join(now time.Time, name, segment string, size uint64, ttl time.Duration) error {
+// segment keeps its values). A name joined from another session is
+// refused until that holder leaves or goes silent.
+func (m *master) join(now time.Time, name, session, segment string, size uint64, ttl time.Duration) error {
 	if h, ok := m.holders[name]; ok {
+		if h.session != "" && h.session != session {
+			return fmt.Errorf("%w: store node %q is joined from another session", errTaken, name)
+		}
+		h.session = session
 		if h.segment == segment && h.alloc.size == size&^(allocAlign-1) {
 			h.seen, h.ttl = now, ttl
 			return nil
 		}
 		m.dropHolder(name)
 	}
-	m.holders[name] = &holder{name: name, segment: segment, alloc: newAllocator(size), ttl: ttl, seen: now}
+	if len(m.holders) >= maxHolders {
+		return fmt.Errorf("%w: %d store nodes joined", ErrFull, maxHolders)
+	}
+	m.holders[name] = &holder{name: name, session: session, segment: segment, alloc: newAllocator(size), ttl: ttl, seen: now}
 	m.journalHolder(name, segment, size)
 	return nil
 }
 
-func (m *master) beat(now time.Time, name string) error {
+func (m *master) beat(now time.Time, name, session string) error {
 	h, ok := m.holders[name]
-	if !ok {
+	if !ok || h.session != "" && h.session != session {
 		return fmt.Errorf("%w: holder %q not joined", ErrNoNodes, name)
 	}
+	h.session = session
 	h.seen = now
 	return nil
+}
+
+// leave drops a holder at the request of the session that joined it.
+func (m *master) leave(name, session string) {
+	if h, ok := m.holders[name]; ok && (h.session == "" || h.session == session) {
+		m.dropHolder(name)
+	}
 }
 
 // dropHolder forgets a holder and every replica on it; values left with
@@ -331,8 +358,13 @@ func (m *master) get(now time.Time, key string) (*entry, uint64, error) {
 		return nil, 0, fmt.Errorf("%w: %d reads in progress", ErrFull, maxLeases)
 	}
 	m.lru.MoveToBack(e.lru)
-	m.next++
-	id := m.next
+	// A random id (not a counter): a release names a lease by its id
+	// alone, from any connection, so an id another client could work out
+	// would let it free a value still being read.
+	id := m.ids.Uint64()
+	for id == 0 || m.leases[id] != nil {
+		id = m.ids.Uint64()
+	}
 	e.readers++
 	m.leases[id] = &lease{e: e, expires: now.Add(m.leaseTTL)}
 	return e, id, nil
@@ -366,19 +398,31 @@ type KeyInfo struct {
 	Size uint64
 }
 
-func (m *master) list(prefix string, limit int) []KeyInfo {
-	var out []KeyInfo
-	for k, e := range m.entries {
-		if len(k) >= len(prefix) && k[:len(prefix)] == prefix {
-			out = append(out, KeyInfo{Key: []byte(k), Size: e.size})
+// list returns, in byte order, the keys starting with prefix and after
+// after, as many as fit in limit keys and budget bytes of answer (each
+// key costing listCost), and whether keys were left out. Only the keys are
+// copied and sorted; a KeyInfo is made only for those returned.
+func (m *master) list(prefix, after string, limit, budget int) ([]KeyInfo, bool) {
+	var keys []string
+	for k := range m.entries {
+		if strings.HasPrefix(k, prefix) && k > after {
+			keys = append(keys, k)
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return string(out[i].Key) < string(out[j].Key) })
-	if len(out) > limit {
-		out = out[:limit]
+	slices.Sort(keys)
+	var out []KeyInfo
+	for _, k := range keys {
+		if len(out) == limit || budget < listCost(k) {
+			return out, true
+		}
+		budget -= listCost(k)
+		out = append(out, KeyInfo{Key: []byte(k), Size: m.entries[k].size})
 	}
-	return out
+	return out, false
 }
+
+// listCost is a key's share of a List answer: {key bytes16, size u64}.
+func listCost(k string) int { return 2 + len(k) + 8 }
 
 // NodeStats is one store node's share, as Stats returns it.
 type NodeStats struct {

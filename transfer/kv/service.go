@@ -7,7 +7,13 @@ package kv
 //
 // Request: {op u8, released u16, lease ids u64..., fields}: a client
 // hands back the read leases it is done with on its next request (or a
-// release request). Answer: {code u8, message str16, fields}. Batch
+// release request). Answer: {code u8, message str16, fields}. List:
+// {prefix bytes16, limit u32, after bytes16} → {n u32, (key bytes16,
+// size u64)..., more u8}, the keys after after in byte order, more set
+// when keys were left out (the client asks again after the last one).
+// Join {name str8, segment str8, size u64, session str8}, beat and leave
+// {name str8, session str8}: a store node's name belongs to the session
+// (a random token of the Store) that joined it. Batch
 // operations answer per key {code u8, message str16 if code != 0, fields}.
 
 import (
@@ -28,6 +34,11 @@ const (
 	MaxKeyLen = 4096
 	// maxReleases is the most lease ids one request hands back.
 	maxReleases = 4096
+	// maxListKeys is the most keys one List answer carries; listBudget
+	// the most bytes of keys (under the message limit). A List asking for
+	// more takes several requests.
+	maxListKeys = 100000
+	listBudget  = MaxBatch * (MaxKeyLen + 64)
 )
 
 var kvProto = rpc.Proto{Magic: 0x524b4b56 /* "RKKV" */, Version: 1, Label: "rdmakit kv v1",
@@ -202,22 +213,22 @@ func (s *service) serve(m *master, now time.Time, op byte, d *frame.Decoder) []b
 		b = frame.AppendUint32(b, uint32(s.maxKey))
 		return frame.AppendUint64(b, s.maxValue)
 	case opJoin:
-		name, seg, size := d.String8(), d.String8(), d.Uint64()
-		if d.Finish() != nil || name == "" || seg == "" {
+		name, seg, size, session := d.String8(), d.String8(), d.Uint64(), d.String8()
+		if d.Finish() != nil || name == "" || seg == "" || session == "" {
 			break
 		}
-		err := m.join(now, name, seg, size, s.holderTTL)
+		err := m.join(now, name, session, seg, size, s.holderTTL)
 		return appendErr(nil, err)
 	case opBeat, opLeave:
-		name := d.String8()
-		if d.Finish() != nil {
+		name, session := d.String8(), d.String8()
+		if d.Finish() != nil || session == "" {
 			break
 		}
 		if op == opLeave {
-			m.dropHolder(name)
+			m.leave(name, session)
 			return ok
 		}
-		return appendErr(nil, m.beat(now, name))
+		return appendErr(nil, m.beat(now, name, session))
 	case opPut:
 		if m.ha != nil && now.Before(m.ha.grace) {
 			return appendErr(nil, fmt.Errorf("%w: reads of the last master may still run", errRetry))
@@ -307,18 +318,21 @@ func (s *service) serve(m *master, now time.Time, op byte, d *frame.Decoder) []b
 		}
 		return b
 	case opList:
-		prefix, limit := d.Bytes16(), int(d.Uint32())
+		prefix, limit, after := d.Bytes16(), int(d.Uint32()), d.Bytes16()
 		if d.Finish() != nil {
 			break
 		}
-		limit = min(limit, 100000)
-		keys := m.list(string(prefix), limit)
+		limit = min(limit, maxListKeys)
+		keys, more := m.list(string(prefix), string(after), limit, listBudget)
 		b := frame.AppendUint32(ok, uint32(len(keys)))
 		for _, k := range keys {
 			b = frame.AppendBytes16(b, k.Key)
 			b = frame.AppendUint64(b, k.Size)
 		}
-		return b
+		if more {
+			return append(b, 1)
+		}
+		return append(b, 0)
 	case opStats:
 		if d.Finish() != nil {
 			break
@@ -327,7 +341,7 @@ func (s *service) serve(m *master, now time.Time, op byte, d *frame.Decoder) []b
 		b := frame.AppendUint32(ok, uint32(st.Keys))
 		b = frame.AppendUint32(b, uint32(st.Leases))
 		b = frame.AppendUint64(b, st.Evictions)
-		b = frame.AppendUint16(b, uint16(len(st.Nodes)))
+		b = frame.AppendUint32(b, uint32(len(st.Nodes)))
 		for _, n := range st.Nodes {
 			b = frame.AppendString8(b, n.Name)
 			b = frame.AppendUint64(b, n.Capacity)

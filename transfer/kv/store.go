@@ -11,6 +11,7 @@ package kv
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"math/bits"
@@ -162,6 +163,7 @@ type Store struct {
 
 	pool    *verbs.MR // this node's share (Capacity)
 	segName string
+	session string // random: the master lets only it beat or leave as this node
 
 	ctx    context.Context // ends at Close
 	cancel context.CancelFunc
@@ -191,7 +193,9 @@ func Open(ctx context.Context, cfg Config) (_ *Store, err error) {
 	if len(tc.Secret) == 0 && !tc.Insecure {
 		return nil, transfer.ErrNoCredential
 	}
-	s := &Store{cfg: cfg, staging: map[int][]*verbs.MR{}}
+	var token [16]byte
+	rand.Read(token[:])
+	s := &Store{cfg: cfg, staging: map[int][]*verbs.MR{}, session: string(token[:])}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	defer func() {
 		if err != nil {
@@ -300,7 +304,7 @@ func (s *Store) join(ctx context.Context) error {
 	req := frame.AppendString8([]byte{opJoin, 0, 0}, s.node.Name())
 	req = frame.AppendString8(req, s.segName)
 	req = frame.AppendUint64(req, uint64(s.pool.Len()))
-	_, err := s.call(ctx, req)
+	_, err := s.call(ctx, frame.AppendString8(req, s.session))
 	return err
 }
 
@@ -315,7 +319,7 @@ func (s *Store) heartbeat() {
 		case <-t.C:
 		}
 		ctx, cancel := context.WithTimeout(s.ctx, s.holderTTL/3)
-		_, err := s.call(ctx, frame.AppendString8([]byte{opBeat, 0, 0}, s.node.Name()))
+		_, err := s.call(ctx, frame.AppendString8(frame.AppendString8([]byte{opBeat, 0, 0}, s.node.Name()), s.session))
 		if errors.Is(err, ErrNoNodes) {
 			s.join(ctx) // the master forgot us (it restarted, or we were silent)
 		}
@@ -450,7 +454,7 @@ func (s *Store) Close() error {
 	s.stMu.Unlock()
 	if s.pool != nil && s.client() != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		s.call(ctx, frame.AppendString8([]byte{opLeave, 0, 0}, s.node.Name()))
+		s.call(ctx, frame.AppendString8(frame.AppendString8([]byte{opLeave, 0, 0}, s.node.Name()), s.session))
 		cancel()
 	}
 	s.cancel()
@@ -1012,26 +1016,40 @@ func (s *Store) Remove(ctx context.Context, key []byte) error {
 	return unwrapOne(s.RemoveBatch(ctx, [][]byte{key}))
 }
 
-// List returns up to limit keys starting with prefix, in byte order.
+// List returns up to limit keys starting with prefix, in byte order. A
+// long list takes several requests (each answer is bounded), so it is not
+// one snapshot: keys put or removed meanwhile may be missed or listed.
 func (s *Store) List(ctx context.Context, prefix []byte, limit int) ([]KeyInfo, error) {
 	if len(prefix) > MaxKeyLen || limit < 0 {
 		return nil, fmt.Errorf("%w: prefix of %d bytes", ErrTooLarge, len(prefix))
 	}
-	req := frame.AppendBytes16([]byte{opList, 0, 0}, prefix)
-	d, err := s.call(ctx, frame.AppendUint32(req, uint32(limit)))
-	if err != nil {
-		return nil, err
-	}
-	n := int(d.Uint32())
 	var out []KeyInfo
-	for i := 0; i < n && d.Err() == nil; i++ {
-		k := append([]byte(nil), d.Bytes16()...)
-		out = append(out, KeyInfo{Key: k, Size: d.Uint64()})
+	var after []byte
+	for limit > 0 {
+		req := frame.AppendBytes16([]byte{opList, 0, 0}, prefix)
+		req = frame.AppendUint32(req, uint32(min(limit-len(out), maxListKeys)))
+		d, err := s.call(ctx, frame.AppendBytes16(req, after))
+		if err != nil {
+			return nil, err
+		}
+		n := int(d.Uint32())
+		if n > limit-len(out) {
+			return nil, fmt.Errorf("%w: malformed answer", rpc.ErrProtocol)
+		}
+		for i := 0; i < n && d.Err() == nil; i++ {
+			k := append([]byte(nil), d.Bytes16()...)
+			out = append(out, KeyInfo{Key: k, Size: d.Uint64()})
+		}
+		more := d.Uint8() == 1
+		if d.Finish() != nil || more && n == 0 {
+			return nil, fmt.Errorf("%w: malformed answer", rpc.ErrProtocol)
+		}
+		if !more || len(out) >= limit {
+			return out, nil
+		}
+		after = out[len(out)-1].Key
 	}
-	if d.Finish() != nil {
-		return nil, fmt.Errorf("%w: malformed answer", rpc.ErrProtocol)
-	}
-	return out, nil
+	return nil, nil
 }
 
 // Stats returns the master's view: keys, leases, evictions, store nodes.
@@ -1041,7 +1059,7 @@ func (s *Store) Stats(ctx context.Context) (Stats, error) {
 		return Stats{}, err
 	}
 	st := Stats{Keys: int(d.Uint32()), Leases: int(d.Uint32()), Evictions: d.Uint64()}
-	n := int(d.Uint16())
+	n := int(d.Uint32())
 	for i := 0; i < n && d.Err() == nil; i++ {
 		st.Nodes = append(st.Nodes, NodeStats{Name: d.String8(), Capacity: d.Uint64(), Used: d.Uint64(), Values: int(d.Uint32())})
 	}

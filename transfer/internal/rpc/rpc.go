@@ -13,7 +13,9 @@
 // truncated, the session key HMAC(secret, "session" | both nonces), the
 // sequence counting the messages of each direction from 0: a message
 // altered, dropped, replayed or reordered on the connection fails the tag
-// and closes the connection. Messages are not encrypted.
+// and closes the connection. Messages are not encrypted. A server reads
+// handshake frames of at most 128 bytes, and holds at most MaxUnauth
+// connections that have not authenticated yet (more are refused).
 //
 // Goroutines: a Server runs an accept loop and one goroutine per
 // connection, answering that connection's requests in order; Close closes
@@ -69,9 +71,22 @@ const (
 	// IdleTimeout drops a connection silent that long (its client
 	// redials on its next call).
 	IdleTimeout = 2 * time.Minute
+	// MaxUnauth bounds the connections that have not authenticated yet;
+	// more are refused at once, so that connections which never
+	// authenticate cannot fill MaxConns.
+	MaxUnauth = 64
+	// handshakeLimit is the largest handshake frame a server reads (a
+	// hello is 38 bytes, a proof 32): a connection that has not
+	// authenticated cannot make the server buffer a large frame.
+	handshakeLimit = 128
 	// maxIdle is how many idle connections a client keeps.
 	maxIdle = 16
 )
+
+// sendTimeout bounds how long a server waits to write an answer: a
+// client that never reads its answers is dropped after it (a variable for
+// tests).
+var sendTimeout = IdleTimeout
 
 // Proto names a protocol: its magic, version and handshake label.
 type Proto struct {
@@ -184,9 +199,10 @@ type Server struct {
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
 
-	// mu guards conns, extra and closed.
+	// mu guards conns, unauth, extra and closed.
 	mu     sync.Mutex
 	conns  map[net.Conn]struct{}
+	unauth int            // connections of conns not authenticated yet
 	extra  []net.Listener // ServeLocal's
 	closed bool
 }
@@ -252,13 +268,14 @@ func (s *Server) acceptFrom(ln net.Listener) {
 			c.Close()
 			return
 		}
-		if len(s.conns) >= MaxConns {
+		if len(s.conns) >= MaxConns || s.unauth >= MaxUnauth {
 			// A flood: refuse without a goroutine.
 			s.mu.Unlock()
 			c.Close()
 			continue
 		}
 		s.conns[c] = struct{}{}
+		s.unauth++
 		s.wg.Add(1)
 		s.mu.Unlock()
 		go s.serve(c)
@@ -284,17 +301,27 @@ func (s *Server) Close() error {
 
 func (s *Server) serve(nc net.Conn) {
 	defer s.wg.Done()
+	authed := false
 	defer func() {
 		s.mu.Lock()
 		delete(s.conns, nc)
+		if !authed {
+			s.unauth--
+		}
 		s.mu.Unlock()
 		nc.Close()
 	}()
 	c := newConn(nc, s.proto, false)
+	c.r.SetLimit(handshakeLimit)
 	nc.SetDeadline(time.Now().Add(AuthTimeout))
 	if !s.authenticate(c) {
 		return
 	}
+	c.r.SetLimit(s.proto.limit())
+	s.mu.Lock()
+	s.unauth--
+	authed = true
+	s.mu.Unlock()
 	nc.SetDeadline(time.Time{})
 	for {
 		nc.SetReadDeadline(time.Now().Add(IdleTimeout))
@@ -302,7 +329,9 @@ func (s *Server) serve(nc net.Conn) {
 		if err != nil || typ != fRequest {
 			return
 		}
-		if c.send(fAnswer, s.handle(s.ctx, p)) != nil {
+		ans := s.handle(s.ctx, p)
+		nc.SetWriteDeadline(time.Now().Add(sendTimeout))
+		if c.send(fAnswer, ans) != nil {
 			return
 		}
 	}

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/rdmakit/rdmakit/internal/frame"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -131,5 +133,114 @@ func TestCloseInterrupts(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("Close did not interrupt the call")
+	}
+}
+
+// rawFrame dials addr and writes a frame of type typ with size zero
+// bytes (in the background).
+func rawFrame(t *testing.T, addr string, typ byte, size int) net.Conn {
+	t.Helper()
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nc.Close() })
+	msg := frame.AppendFrame(nil, typ, make([]byte, size))
+	go nc.Write(msg)
+	return nc
+}
+
+// TestHandshakeLimit: a connection that has not authenticated cannot make
+// the server read a large frame; its hello header is refused at once.
+func TestHandshakeLimit(t *testing.T) {
+	s, err := Listen("127.0.0.1:0", proto, secret, false, echo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	nc := rawFrame(t, s.Addr(), fHello, 60000) // under the message limit
+	nc.SetDeadline(time.Now().Add(time.Minute))
+	typ, p, err := frame.NewReader(nc, 0).Next()
+	if err == nil {
+		t.Fatalf("the server read a 60000-byte hello and answered frame %d %q", typ, p)
+	}
+}
+
+// TestUnauthCap: connections that never authenticate hold at most
+// MaxUnauth places; past that new connections are refused, and once they
+// go a client is served again.
+func TestUnauthCap(t *testing.T) {
+	s, err := Listen("127.0.0.1:0", proto, secret, false, echo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var idle []net.Conn
+	for range MaxUnauth {
+		nc, err := net.Dial("tcp", s.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		idle = append(idle, nc)
+	}
+	c := NewClient(s.Addr(), proto, secret)
+	defer c.Close()
+	if _, err := c.Call(context.Background(), []byte("x")); err == nil {
+		t.Fatalf("served with %d connections not authenticated", MaxUnauth)
+	}
+	for _, nc := range idle {
+		nc.Close()
+	}
+	for {
+		s.mu.Lock()
+		n := s.unauth
+		s.mu.Unlock()
+		if n == 0 {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if got, err := c.Call(context.Background(), []byte("x")); err != nil || string(got) != "re:x" {
+		t.Fatalf("after: %q %v", got, err)
+	}
+}
+
+// TestSendTimeout: a client that sends requests and never reads the
+// answers is dropped once an answer waits sendTimeout to be written.
+func TestSendTimeout(t *testing.T) {
+	sendTimeout = 100 * time.Millisecond
+	defer func() { sendTimeout = IdleTimeout }()
+	big := make([]byte, 60000)
+	s, err := Listen("127.0.0.1:0", proto, nil, true, func(context.Context, []byte) []byte { return big })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	nc, err := net.Dial("tcp", s.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	hello := append(append(frame.AppendUint32(nil, proto.Magic), proto.Version, 0), make([]byte, 32)...)
+	var msg []byte
+	msg = frame.AppendFrame(msg, fHello, hello)
+	for range 2000 { // 120 MB of answers: more than the socket buffers hold
+		msg = frame.AppendFrame(msg, fRequest, nil)
+	}
+	if _, err := nc.Write(msg); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		s.mu.Lock()
+		n := len(s.conns)
+		s.mu.Unlock()
+		if n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("a client that reads no answer still holds its connection after 20 s")
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
