@@ -41,7 +41,7 @@ const (
 	listBudget  = MaxBatch * (MaxKeyLen + 64)
 )
 
-var kvProto = rpc.Proto{Magic: 0x524b4b56 /* "RKKV" */, Version: 1, Label: "rdmakit kv v1",
+var kvProto = rpc.Proto{Magic: 0x524b4b56 /* "RKKV" */, Version: 2, Label: "rdmakit kv v2",
 	Limit: MaxBatch*(MaxKeyLen+64) + maxReleases*8 + 1024}
 
 const (
