@@ -83,9 +83,10 @@ of earlier releases is accepted and not needed.)
 Accepted for perftest compatibility, with a one-line note on stderr saying
 why they change nothing here: -R/--rdma_cm (except as above),
 -z/--comm_rdma_cm,
--W/--report-counters, -C/--report-cycles, --mr_per_qp, --cpu_util,
---perform_warm_up. --use_cuda and the other GPU memory flags are refused:
-this build has no GPU support. Refused with the reason: -O (one port),
+-W/--report-counters, -C/--report-cycles, --mr_per_qp,
+--perform_warm_up. --cpu_util adds perftest's CPU_Util[%] column with -D.
+--use_cuda and the other GPU memory flags are refused: this build has no
+GPU support. Refused with the reason: -O (one port),
 --use-srq, --reversed, --write_with_imm, multicast and rate limits.
 Exit status: 0 success (also --run_infinitely ended by SIGINT/SIGTERM),
 1 failure, 2 usage error, 128+N on signal N. (perftest exits 1 for all of

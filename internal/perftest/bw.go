@@ -104,6 +104,8 @@ type bwStats struct {
 	tcompleted []int64
 	// In duration mode: the sample window.
 	sampleStart, sampleEnd int64
+	// --cpu_util: /proc/stat at the window's start and end.
+	cpu [2]cpuStat
 }
 
 func newBWLoop(e *endpoint, w *watch, size int64, send, recv bool) *bwLoop {
@@ -247,8 +249,12 @@ func (b *bwLoop) run() (bwStats, error) {
 	noPeak := b.tposted == nil
 	var progress uint64
 	b.epoch = time.Now()
+	cpuUtil := dur && cfg.CPUUtil
 	if dur && margin == 0 {
 		state = stSample
+		if cpuUtil {
+			st.cpu[0] = readCPUStat()
+		}
 	}
 	if !dur {
 		// Without per-operation times (noPeak), the average still spans
@@ -261,8 +267,14 @@ func (b *bwLoop) run() (bwStats, error) {
 			switch {
 			case state == stWarm && t >= margin:
 				state, st.sampleStart = stSample, t
+				if cpuUtil {
+					st.cpu[0] = readCPUStat()
+				}
 			case state == stSample && t >= total-margin:
 				state, st.sampleEnd = stCool, t
+				if cpuUtil {
+					st.cpu[1] = readCPUStat()
+				}
 				if margin == 0 {
 					state = stEnd
 				}

@@ -223,6 +223,12 @@ type Options struct {
 	// -D run, in seconds (-f; 0 means a quarter of -D).
 	Margin int
 
+	// CPUUtil is --cpu_util: in duration mode (-D) the bandwidth line
+	// ends with the host's CPU utilization over the measured window, as
+	// perftest computes it from /proc/stat (user time over user plus idle
+	// time).
+	CPUUtil bool
+
 	// RDMACM is -R: perftest's exchange over rdma_cm (rcm.go), where the
 	// build and the device have rdma_cm.
 	RDMACM bool
@@ -514,7 +520,7 @@ func flags(o *Options) []flagSpec {
 		{'W', []string{"report-counters"}, true, noteArg("-W (report counters): rdmakit devices have no performance counters to report", nil)},
 		{0, []string{"retry_count"}, true, intArg("--retry_count", 0, 7, func(n int64) { o.RetryCount, o.SetRetryCount = int(n), true })},
 		{0, []string{"mr_per_qp"}, false, note("--mr_per_qp: rdmakit always registers one memory region per QP")},
-		{0, []string{"cpu_util"}, false, note("--cpu_util: CPU utilization is not reported")},
+		{0, []string{"cpu_util"}, false, func(o *Options, _ string) error { o.CPUUtil = true; return nil }},
 		{0, []string{"perform_warm_up"}, false, note("--perform_warm_up: bandwidth tests always warm up (-t signaled operations per QP), as documented in docs/perf.md")},
 		{0, []string{"run_infinitely"}, false, func(o *Options, _ string) error { o.Infinite = true; return nil }},
 	}
@@ -617,6 +623,9 @@ func (o *Options) check() error {
 		return usageErr("--output=latency is for latency tests; use bandwidth or message_rate")
 	case (o.Output == "bandwidth" || o.Output == "message_rate") && t.Kind == KindLat:
 		return usageErr("--output=%s is for bandwidth tests; use latency", o.Output)
+	}
+	if o.CPUUtil && (o.Duration == 0 || t.Kind != KindBW) {
+		o.Notes = appendNote(o.Notes, "--cpu_util: CPU utilization is measured only in bandwidth tests with -D (duration), as perftest's")
 	}
 	if o.ReportBoth && !o.Bidir {
 		return usageErr("--report-both reports the two directions of a bidirectional run: add -b")

@@ -54,6 +54,9 @@ func bwResult(c *config, size int64, st bwStats) result {
 		r.bwAvg = float64(size) * float64(st.n) / (ns / 1e9) / unit
 		r.rate = float64(st.n) / (ns / 1e9) / 1e6
 	}
+	if c.CPUUtil && c.Duration > 0 {
+		r.cpu, r.hasCPU = st.cpu[1].utilSince(st.cpu[0]), true
+	}
 	if !c.noPeak && st.tposted != nil {
 		if best := peakDelta(st.tposted, st.tcompleted, int64(c.cqMod)); best > 0 {
 			r.peak = float64(size) / (float64(best) / 1e9) / unit
@@ -187,6 +190,20 @@ func durLatResult(c *config, size int64, st latStats) result {
 
 // reportLine formats one result as perftest prints it.
 func reportLine(c *config, r result) string {
+	l := reportFigures(c, r)
+	if r.kind == KindBW && cpuColumn(c) {
+		// perftest's REPORT_EXT_CPU_UTIL in place of the newline; a peer
+		// that measured nothing (perftest's report carries no CPU) shows 0.
+		l = strings.TrimSuffix(l, "\n") + fmt.Sprintf("\t    %-3.2f\n", r.cpu)
+	}
+	return l
+}
+
+// cpuColumn reports whether bandwidth lines carry CPU_Util[%]: perftest
+// measures it only in duration mode.
+func cpuColumn(c *config) bool { return c.CPUUtil && c.Duration > 0 }
+
+func reportFigures(c *config, r result) string {
 	switch {
 	case r.kind == KindBW && c.gbits && r.bwAvg < 0.1:
 		return fmt.Sprintf(reportFmtExt, r.size, r.iters, r.peak, r.bwAvg, r.rate)
@@ -201,6 +218,14 @@ func reportLine(c *config, r result) string {
 
 // columnHeader is the line before the results.
 func columnHeader(c *config) string {
+	h := columnNames(c)
+	if c.Test.Kind == KindBW && cpuColumn(c) {
+		h = strings.TrimSuffix(h, "\n") + "    CPU_Util[%]\n"
+	}
+	return h
+}
+
+func columnNames(c *config) string {
 	switch {
 	case c.Test.Kind == KindBW && c.gbits:
 		return resultFmtBWG

@@ -217,3 +217,35 @@ func TestFont(t *testing.T) {
 		}
 	}
 }
+
+// --cpu_util: perftest's figure from two /proc/stat readings, and its
+// column on bandwidth lines in duration mode only.
+func TestCPUUtil(t *testing.T) {
+	a := parseCPUStat("cpu  100 5 50 900 10 0 1 0 0 0\n")
+	b := parseCPUStat("cpu  130 5 60 970 10 0 1 0 0 0\n")
+	if a != (cpuStat{100, 900}) || b != (cpuStat{130, 970}) {
+		t.Fatalf("parse: %+v %+v", a, b)
+	}
+	if got := b.utilSince(a); got != 30 {
+		t.Errorf("util %v, want 30 (30 user of 100 user+idle jiffies)", got)
+	}
+	if parseCPUStat("intr 1 2 3") != (cpuStat{}) || (cpuStat{}).utilSince(cpuStat{}) != 0 {
+		t.Error("malformed or empty readings must give 0")
+	}
+	c := &config{Options: Options{Test: Test{Kind: KindBW}, CPUUtil: true, Duration: 2}}
+	if h := columnHeader(c); !strings.HasSuffix(h, "MsgRate[Mpps]    CPU_Util[%]\n") {
+		t.Errorf("header %q", h)
+	}
+	l := reportLine(c, result{kind: KindBW, size: 65536, iters: 10, peak: 1, bwAvg: 1, rate: 1, cpu: 12.5, hasCPU: true})
+	if !strings.HasSuffix(l, "\t    12.50\n") || strings.Count(l, "\n") != 1 {
+		t.Errorf("line %q", l)
+	}
+	c.Duration = 0
+	if strings.Contains(columnHeader(c), "CPU") || reportLine(c, result{kind: KindBW, size: 1}) != reportFigures(c, result{kind: KindBW, size: 1}) {
+		t.Error("CPU column without -D")
+	}
+	r, err := parseResult(result{kind: KindBW, size: 8, iters: 1, cpu: 7.25, hasCPU: true}.line())
+	if err != nil || !r.hasCPU || r.cpu != 7.25 {
+		t.Errorf("wire: %+v %v", r, err)
+	}
+}

@@ -498,6 +498,9 @@ type result struct {
 	// latency, usec
 	min, max, typical, tAvg, stdev, p99, p999 float64
 	tps                                       float64
+	// --cpu_util (bandwidth, duration mode): percent, when measured.
+	cpu    float64
+	hasCPU bool
 }
 
 func (r result) line() line {
@@ -509,6 +512,9 @@ func (r result) line() line {
 		l.set("peak", r.peak)
 		l.set("bwavg", r.bwAvg)
 		l.set("rate", r.rate)
+		if r.hasCPU {
+			l.set("cpu", r.cpu)
+		}
 	case r.dur:
 		l.set("tavg", r.tAvg)
 		l.set("tps", r.tps)
@@ -534,6 +540,9 @@ func parseResult(l line) (result, error) {
 	case hasField(l, "peak"):
 		res.kind = KindBW
 		res.peak, res.bwAvg, res.rate = r.float("peak"), r.float("bwavg"), r.float("rate")
+		if hasField(l, "cpu") {
+			res.cpu, res.hasCPU = r.float("cpu"), true
+		}
 	case hasField(l, "tps"):
 		res.kind, res.dur = KindLat, true
 		res.tAvg, res.tps = r.float("tavg"), r.float("tps")
