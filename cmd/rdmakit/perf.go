@@ -34,7 +34,9 @@ direction; ibverbs devices (build with -tags ibverbs) or roce devices
 With a perftest peer, -b, -D and --run_infinitely are refused, and a
 write/read/atomic_bw server checks the client's message size. perftest's
 -R (its exchange and QP connections over rdma_cm) is spoken when both
-sides give -R (ibverbs devices; siw needs it); -z is not. (--perftest-wire
+sides give -R (ibverbs devices; siw needs it), and -z (its exchange over
+rdma_cm, QPs connected with the exchanged keys) when both give -z
+(ibverbs devices). (--perftest-wire
 of earlier releases is accepted and not needed.)
 
   -a, --all                 all sizes from 2 B to 8 MiB
@@ -81,8 +83,8 @@ of earlier releases is accepted and not needed.)
   -V, --version             print the version
 
 Accepted for perftest compatibility, with a one-line note on stderr saying
-why they change nothing here: -R/--rdma_cm (except as above),
--z/--comm_rdma_cm,
+why they change nothing here: -R/--rdma_cm and -z/--comm_rdma_cm (except
+as above),
 -W/--report-counters, -C/--report-cycles, --mr_per_qp,
 --perform_warm_up. --cpu_util adds perftest's CPU_Util[%] column with -D.
 --use_cuda and the other GPU memory flags are refused: this build has no

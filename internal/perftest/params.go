@@ -232,6 +232,10 @@ type Options struct {
 	// RDMACM is -R: perftest's exchange over rdma_cm (rcm.go), where the
 	// build and the device have rdma_cm.
 	RDMACM bool
+	// CommCM is -z: perftest's exchange over rdma_cm with the test QPs
+	// connected by the exchanged keys (rcm.go), where the build and the
+	// device have rdma_cm.
+	CommCM bool
 
 	// Notes are one line each about flags accepted for perftest
 	// compatibility whose effect does not exist here; the CLI prints them
@@ -510,7 +514,10 @@ func flags(o *Options) []flagSpec {
 			o.RDMACM = true
 			return note("-R (rdma_cm): with an ibverbs device in a build with -tags ibverbs, the exchange and the QPs' connections go through rdma_cm on -p, as perftest's -R (a client falls back to rdmakit's TCP exchange when no rdma_cm server answers); otherwise rdmakit's TCP exchange on -p connects the QPs")(o, v)
 		}},
-		{'z', []string{"comm_rdma_cm"}, false, note("-z (comm_rdma_cm): parameters are exchanged over TCP on -p, as without -z")},
+		{'z', []string{"comm_rdma_cm"}, false, func(o *Options, v string) error {
+			o.CommCM = true
+			return note("-z (comm_rdma_cm): with an ibverbs device in a build with -tags ibverbs, the exchange goes through rdma_cm on -p and the QPs are connected with the exchanged keys, as perftest's -z (a client falls back to rdmakit's TCP exchange when no rdma_cm server answers); otherwise rdmakit's TCP exchange on -p connects the QPs")(o, v)
+		}},
 		{'e', []string{"events"}, false, func(o *Options, _ string) error { o.Events = true; return nil }},
 		{'l', []string{"post_list"}, true, intArg("-l (post list)", 1, maxTx, func(n int64) { o.PostList = int(n) })},
 		{'u', []string{"qp-timeout"}, true, intArg("-u (QP timeout)", 0, 31, func(n int64) { o.QPTimeout, o.SetQPTimeout = int(n), true })},
@@ -797,6 +804,10 @@ type config struct {
 	// minHalf is the least size of each half of a QP's region (perftest's
 	// cycle buffer, when the peer is perftest); 0: maxSize decides.
 	minHalf int64
+	// exCM and cmQPs are what the header says of the exchange: over
+	// rdma_cm (-R, -z talking to perftest) and the test QPs connected by
+	// rdma_cm (-R).
+	exCM, cmQPs bool
 }
 
 // resolve applies perftest's defaults and dependencies to o. dev is the

@@ -94,7 +94,7 @@ type pwSession struct {
 	p    *pwConn
 	mine []pwKey
 	rem  []pwKey
-	// link is the -R exchange (rcm.go), nil on TCP.
+	// link is the -R or -z exchange (rcm.go), nil on TCP.
 	link rcmLink
 }
 
@@ -279,6 +279,7 @@ func runPWire(ctx context.Context, o Options, env Env, conn net.Conn, server boo
 		s.mine = append(s.mine, pwKey{lid: lid, outReads: q.outReads, qpn: q.qpn, psn: q.psn, rkey: q.rkey,
 			vaddr: q.vaddr + uint64(s.e.half), gid: gid})
 	}
+	c.exCM, c.cmQPs = s.link != nil, s.link != nil && s.link.cmQPs()
 	printHeader(env.Stdout, c, dev, server)
 	if err := s.run(); err != nil {
 		return s.explainPW(err)
@@ -294,7 +295,7 @@ func (s *pwSession) connect() error {
 		remote[i] = qpInfo{lid: k.lid, outReads: k.outReads, qpn: k.qpn, psn: k.psn, rkey: k.rkey,
 			vaddr: k.vaddr, srqn: k.srqn, idx: i, addr: append([]byte(nil), k.gid[:]...)}
 	}
-	if s.link != nil {
+	if s.link != nil && s.link.cmQPs() {
 		if len(remote) != len(s.e.qps) {
 			return fmt.Errorf("the %s sent %d QPs' keys, want %d", s.p.peer, len(remote), len(s.e.qps))
 		}
@@ -309,7 +310,7 @@ func (s *pwSession) connect() error {
 // QPs' rdma_cm connections, a handshake (the keys in these two are not
 // filled in yet and are ignored).
 func (s *pwSession) rcmPre() error {
-	if s.link == nil {
+	if s.link == nil || !s.link.cmQPs() {
 		return nil
 	}
 	if s.server {
@@ -490,7 +491,7 @@ func (s *pwSession) closeT(timeout time.Duration) error {
 		return err
 	}
 	if s.link != nil {
-		return nil // perftest's -R close is the handshake alone
+		return nil // perftest's -R and -z close is the handshake alone
 	}
 	conn := s.p.conn
 	conn.SetWriteDeadline(time.Now().Add(time.Second))

@@ -1,11 +1,13 @@
 package perftest
 
-// perftest's -R: the whole exchange over rdma_cm. The exchange runs on
+// perftest's -R and -z: the whole exchange over rdma_cm. The exchange runs on
 // its own rdma_cm connection, whose QP carries each message as one Send
 // (perftest posts one receive of pwKeyBinLen bytes at a time); the test
-// QPs are then connected through rdma_cm as well, one connection each to
-// the server's port. rcm_ibverbs.go (build tag ibverbs) provides the
-// rdma_cm side; without it -R keeps rdmakit's TCP exchange (see params.go).
+// QPs are then, with -R, connected through rdma_cm as well, one connection
+// each to the server's port; with -z they are regular QPs, connected with
+// the exchanged keys as on TCP. rcm_ibverbs.go (build tag ibverbs)
+// provides the rdma_cm side; without it -R and -z keep rdmakit's TCP
+// exchange (see params.go).
 //
 // In pwire_run.go's sequence, -R changes three things: before the first
 // key exchange come a handshake, the test QPs' rdma_cm connections and
@@ -13,6 +15,7 @@ package perftest
 // those two handshakes are not yet filled in and are ignored); the key
 // messages are binary (pwKey.encodeBin); "connect" only records the
 // peer's keys (rdma_cm moved the QPs to RTS), and the close has no "done".
+// -z changes only the second and the last: binary keys, no "done".
 
 import (
 	"context"
@@ -21,11 +24,14 @@ import (
 	"github.com/rdmakit/rdmakit/verbs"
 )
 
-// rcmLink is the -R exchange connection: a net.Conn whose every Write of
-// at most rcmMaxMsg bytes is one message, and the rdma_cm side of the test
-// QPs.
+// rcmLink is the -R or -z exchange connection: a net.Conn whose every
+// Write of at most rcmMaxMsg bytes is one message, and (-R) the rdma_cm
+// side of the test QPs.
 type rcmLink interface {
 	net.Conn
+	// cmQPs reports whether the test QPs connect through rdma_cm (-R)
+	// rather than with the exchanged keys (-z).
+	cmQPs() bool
 	// dataListen (server) listens on the exchange's port for the test
 	// QPs' connections, on vctx's device.
 	dataListen(vctx *verbs.Context) error
@@ -42,18 +48,19 @@ const rcmMaxMsg = 4096
 
 // rcmDial connects the exchange to a -R server; rcmAccept listens on port
 // and accepts one client (printing nothing). Both are nil without rdma_cm
-// support in the build. dev is the verbs device for the exchange's QP.
+// support in the build. dev is the verbs device for the exchange's QP;
+// cmQPs is -R (the link's cmQPs).
 var (
-	rcmDial   func(ctx context.Context, dev string, ip net.IP, port uint16) (rcmLink, error)
-	rcmAccept func(ctx context.Context, dev string, port uint16) (rcmLink, error)
+	rcmDial   func(ctx context.Context, dev string, ip net.IP, port uint16, cmQPs bool) (rcmLink, error)
+	rcmAccept func(ctx context.Context, dev string, port uint16, cmQPs bool) (rcmLink, error)
 )
 
-// rcmDevice reports whether this run speaks -R over rdma_cm, and on which
-// device ("" for a client without -d: the one rdma_cm routes the server's
-// address through): -R given, rdma_cm in the build, and -d an ibverbs
-// device (a server without -d: the first one).
+// rcmDevice reports whether this run speaks -R or -z over rdma_cm, and on
+// which device ("" for a client without -d: the one rdma_cm routes the
+// server's address through): -R or -z given, rdma_cm in the build, and -d
+// an ibverbs device (a server without -d: the first one).
 func rcmDevice(o Options) (string, bool) {
-	if !o.RDMACM || rcmDial == nil {
+	if !(o.RDMACM || o.CommCM) || rcmDial == nil {
 		return "", false
 	}
 	if o.Device != "" {

@@ -2,7 +2,7 @@
 
 package perftest
 
-// rdma_cm for -R (see rcm.go) on transport/ibverbs. The link's methods run
+// rdma_cm for -R and -z (see rcm.go) on transport/ibverbs. The link's methods run
 // on the run's goroutine; the QP's completions are polled there.
 
 import (
@@ -40,6 +40,7 @@ type rcmConn struct {
 	ip   net.IP              // the server's address (client)
 	dev  string
 	port uint16
+	qps  bool // -R: the test QPs connect through rdma_cm
 	wcs  []verbs.WorkCompletion
 
 	rdl, wdl time.Time
@@ -53,10 +54,10 @@ type rcmConn struct {
 	closed bool
 }
 
-func openRCM(dev string) (_ *rcmConn, err error) {
-	c := &rcmConn{wcs: make([]verbs.WorkCompletion, 1), dev: dev, local: &net.TCPAddr{}, remote: &net.TCPAddr{}}
+func openRCM(dev string, qps bool) (_ *rcmConn, err error) {
+	c := &rcmConn{wcs: make([]verbs.WorkCompletion, 1), dev: dev, qps: qps, local: &net.TCPAddr{}, remote: &net.TCPAddr{}}
 	if c.ctx, err = verbs.Open(dev, verbs.Options{}); err != nil {
-		return nil, fmt.Errorf("opening %s for -R: %w", dev, err)
+		return nil, fmt.Errorf("opening %s for the exchange over rdma_cm: %w", dev, err)
 	}
 	defer func() {
 		if err != nil {
@@ -95,14 +96,14 @@ func (c *rcmConn) postRecv(i int) error {
 	return c.qp.PostRecv([]verbs.RecvWR{{ID: uint64(i), SGL: []verbs.SGE{c.mr.SGE(i*rcmMaxMsg, rcmMaxMsg)}}})
 }
 
-func dialRCM(ctx context.Context, dev string, ip net.IP, port uint16) (rcmLink, error) {
+func dialRCM(ctx context.Context, dev string, ip net.IP, port uint16, qps bool) (rcmLink, error) {
 	if dev == "" {
 		var err error
 		if dev, err = ibverbs.DeviceForIP(ip, false); err != nil {
 			return nil, err
 		}
 	}
-	c, err := openRCM(dev)
+	c, err := openRCM(dev, qps)
 	if err != nil {
 		return nil, err
 	}
@@ -115,8 +116,8 @@ func dialRCM(ctx context.Context, dev string, ip net.IP, port uint16) (rcmLink, 
 	return c, nil
 }
 
-func acceptRCM(ctx context.Context, dev string, port uint16) (rcmLink, error) {
-	c, err := openRCM(dev)
+func acceptRCM(ctx context.Context, dev string, port uint16, qps bool) (rcmLink, error) {
+	c, err := openRCM(dev, qps)
 	if err != nil {
 		return nil, err
 	}
@@ -264,6 +265,8 @@ func (c *rcmConn) Close() error {
 }
 
 func (c *rcmConn) device() string { return c.dev }
+
+func (c *rcmConn) cmQPs() bool { return c.qps }
 
 func (c *rcmConn) LocalAddr() net.Addr  { return c.local }
 func (c *rcmConn) RemoteAddr() net.Addr { return c.remote }

@@ -310,8 +310,15 @@ func printHeader(w io.Writer, c *config, dev verbs.DeviceInfo, server bool) {
 	} else {
 		fmt.Fprintf(&b, " Outstand reads  : %d\n", c.outReads)
 	}
-	fmt.Fprintf(&b, " rdma_cm QPs\t : %s\n", "OFF")
-	fmt.Fprintf(&b, " Data ex. method : %s\n", "Ethernet")
+	qps, ex := "OFF", "Ethernet"
+	if c.cmQPs {
+		qps = "ON"
+	}
+	if c.exCM {
+		ex = "rdma_cm"
+	}
+	fmt.Fprintf(&b, " rdma_cm QPs\t : %s\n", qps)
+	fmt.Fprintf(&b, " Data ex. method : %s\n", ex)
 	b.WriteString(resultLine)
 	io.WriteString(w, b.String())
 }

@@ -76,6 +76,17 @@ func TestHeader(t *testing.T) {
 			t.Errorf("header lacks %q:\n%s", s, b.String())
 		}
 	}
+	for _, m := range []struct {
+		exCM, cmQPs bool
+		want        string
+	}{{true, true, " rdma_cm QPs\t : ON\n Data ex. method : rdma_cm\n"}, {true, false, " rdma_cm QPs\t : OFF\n Data ex. method : rdma_cm\n"}} {
+		b.Reset()
+		c := cfgFor(t, "write_bw")
+		c.exCM, c.cmQPs = m.exCM, m.cmQPs // -R, -z with a perftest peer
+		if printHeader(&b, c, dev, false); !strings.Contains(b.String(), m.want) {
+			t.Errorf("-R/-z header lacks %q:\n%s", m.want, b.String())
+		}
+	}
 	b.Reset()
 	printHeader(&b, cfgFor(t, "send_lat"), dev, true)
 	if s := b.String(); !strings.Contains(s, "Send Latency Test") || strings.Contains(s, "TX depth") || !strings.Contains(s, " RX depth        : 512\n") ||

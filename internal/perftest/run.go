@@ -394,15 +394,15 @@ func runClient(ctx context.Context, o Options, env Env) (err error) {
 	var conn net.Conn
 	var cmErr error
 	if dev, ok := rcmDevice(o); ok {
-		// -R: perftest's exchange over rdma_cm; an rdmakit server without
-		// -R answers on TCP instead.
+		// -R or -z: perftest's exchange over rdma_cm; an rdmakit server
+		// without them answers on TCP instead.
 		var ip net.IP
 		if ips, err := net.DefaultResolver.LookupIP(ctx, "ip", o.Server); err == nil && len(ips) > 0 {
 			ip = ips[0]
 		}
 		if ip == nil {
 			cmErr = fmt.Errorf("cannot resolve %s", o.Server)
-		} else if link, err := rcmDial(ctx, dev, ip, uint16(port)); err != nil {
+		} else if link, err := rcmDial(ctx, dev, ip, uint16(port), o.RDMACM); err != nil {
 			cmErr = err
 		} else {
 			conn = link
@@ -417,7 +417,7 @@ func runClient(ctx context.Context, o Options, env Env) (err error) {
 	}
 	if err != nil {
 		if cmErr != nil {
-			return fmt.Errorf("cannot reach server %s through rdma_cm (-R: %v) nor TCP: %w", addr, cmErr, dialCause(err))
+			return fmt.Errorf("cannot reach server %s through rdma_cm (-R/-z: %v) nor TCP: %w", addr, cmErr, dialCause(err))
 		}
 		return fmt.Errorf("cannot reach server %s: %w%s", addr, dialCause(err), refusedHint(err))
 	}
@@ -565,13 +565,13 @@ func (s *session) clientSizes(ctx context.Context, bar *progress) error {
 }
 
 // refusedHint explains a refused connection: no server on the port, or a
-// perftest server run with -R, which listens through rdma_cm only.
+// perftest server run with -R or -z, which listens through rdma_cm only.
 func refusedHint(err error) string {
 	if errors.Is(err, syscall.ECONNREFUSED) {
 		if rcmDial != nil {
-			return " (no server on that port; a perftest server run with -R listens through rdma_cm: give this side -R too)"
+			return " (no server on that port; a perftest server run with -R or -z listens through rdma_cm: give this side the same flag)"
 		}
-		return " (no server on that port; a perftest server run with -R or -z listens through rdma_cm, which this build of rdmakit perf does not speak (build with -tags ibverbs): run it without -R)"
+		return " (no server on that port; a perftest server run with -R or -z listens through rdma_cm, which this build of rdmakit perf does not speak (build with -tags ibverbs): run it without -R or -z)"
 	}
 	return ""
 }
@@ -633,11 +633,11 @@ func runServer(ctx context.Context, o Options, env Env) (err error) {
 	}
 	var conn net.Conn
 	if dev, ok := rcmDevice(o); ok && env.Listener == nil {
-		// -R: perftest's exchange over rdma_cm (not for --loopback's
+		// -R or -z: perftest's exchange over rdma_cm (not for --loopback's
 		// child, whose listener is inherited).
 		io.WriteString(env.Stdout, "\n************************************\n* Waiting for client to connect... *\n************************************\n")
 		var link rcmLink
-		if link, err = rcmAccept(ctx, dev, uint16(c0.port)); err == nil {
+		if link, err = rcmAccept(ctx, dev, uint16(c0.port), o.RDMACM); err == nil {
 			conn = link
 			if o.Device == "" {
 				o.Device = dev

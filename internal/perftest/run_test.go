@@ -204,7 +204,7 @@ func TestUnreachable(t *testing.T) {
 	start := time.Now()
 	err = Run(context.Background(), o, Env{Stdout: &syncBuffer{}})
 	want := "cannot reach server 127.0.0.1:" + strconv.Itoa(port) + ": connection refused (no server on that port; " +
-		"a perftest server run with -R or -z listens through rdma_cm, which this build of rdmakit perf does not speak (build with -tags ibverbs): run it without -R)"
+		"a perftest server run with -R or -z listens through rdma_cm, which this build of rdmakit perf does not speak (build with -tags ibverbs): run it without -R or -z)"
 	if err == nil || err.Error() != want {
 		t.Errorf("error %v, want %q", err, want)
 	}

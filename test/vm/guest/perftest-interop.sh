@@ -5,7 +5,8 @@
 # and 64 KiB sizes, -q 2, -a sweeps, -S/-T, a write_bw size mismatch
 # (which must fail on rdmakit's side with a message naming -s), -R (the
 # exchange over rdma_cm) on rxe and siw, write_bw and send_bw both roles,
-# and a perftest -R server facing a client without -R (told to add it).
+# -z (the exchange over rdma_cm, regular QPs) the same on rxe, and a
+# perftest -R server facing a client without -R (told to add it).
 # One RESULT line per check.
 #
 # Sourced by ci-guest.sh (uses result(), LOG, RXE, RXE_IP); run on its own
@@ -76,19 +77,21 @@ pi_cm_listen() {  # port: until an rdma_cm LISTEN id on port (or 4 s)
   return 1
 }
 
-# pi_rcm test server(rdmakit|perftest) dev ip: -R on both sides, -s 1024.
+# pi_rcm flag(-R|-z) test server(rdmakit|perftest) dev ip: the flag on
+# both sides, -s 1024 (-z: perftest connects its QPs itself, by -x's GID).
 pi_rcm() {
-  local test=$1 srv=$2 dev=$3 ip=$4 p=$((18600 + PASS + FAIL + SKIP)) sp s c cl sl
-  pi_base=$LOG/pi-R-$test-$dev-$srv-$p
-  local r=(./rdmakit perf "$test" -R -d "$dev" -n "$PI_N" -s 1024 -p "$p")
-  local q=(ib_"$test" -R -d "$dev" -F -n "$PI_N" -s 1024 -p "$p")
+  local f=$1 test=$2 srv=$3 dev=$4 ip=$5 p=$((18600 + PASS + FAIL + SKIP)) sp s c cl sl x=()
+  pi_base=$LOG/pi$f-$test-$dev-$srv-$p
+  [[ $f == -z ]] && x=(-x "$PI_GIDX")
+  local r=(./rdmakit perf "$test" "$f" -d "$dev" -n "$PI_N" -s 1024 -p "$p")
+  local q=(ib_"$test" "$f" "${x[@]}" -d "$dev" -F -n "$PI_N" -s 1024 -p "$p")
   if [[ $srv == rdmakit ]]; then s=("${r[@]}"); c=("${q[@]}"); else s=("${q[@]}"); c=("${r[@]}"); fi
   timeout 60 "${s[@]}" > "$pi_base.server" 2>&1 & sp=$!
   pi_cm_listen "$p"
   timeout 60 "${c[@]}" "$ip" > "$pi_base.client" 2>&1; pi_rc=$?
   wait "$sp"; pi_src=$?
   cl=$(pi_line "$pi_base.client"); sl=$(pi_line "$pi_base.server")
-  local label="perftest -R $dev $test -s 1024 ($srv server)"
+  local label="perftest $f $dev $test -s 1024 ($srv server)"
   if [[ $pi_rc == 0 && $pi_src == 0 && -n $cl ]]; then
     result ok "$label" "client:$cl${sl:+ | server:$sl}"
   else
@@ -137,8 +140,15 @@ if [[ -x ./rdmakit ]] && command -v ib_write_bw > /dev/null; then
     [[ -n $dev && -e /sys/class/infiniband/$dev ]] || continue
     for t in write_bw send_bw; do
       for srv in perftest rdmakit; do
-        pi_rcm "$t" "$srv" "$dev" "$ip"
+        pi_rcm -R "$t" "$srv" "$dev" "$ip"
       done
+    done
+  done
+  # perftest -z: the exchange over rdma_cm, the test QPs regular ones
+  # connected with the exchanged keys (rxe). Both roles, write_bw, send_bw.
+  for t in write_bw send_bw; do
+    for srv in perftest rdmakit; do
+      pi_rcm -z "$t" "$srv" "$RXE" "$RXE_IP"
     done
   done
   # Without -R, an rdmakit client facing a perftest -R server is told to
