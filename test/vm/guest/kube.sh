@@ -87,11 +87,11 @@ kube_cni() {
   local d res="" ok=1
   ln -sf "$PWD/rdmakit" "$LOG/rdmakit-cni"
   for d in $RXE $SIW; do
-    out=$(echo "${conf/DEV/$d}" | CNI_COMMAND=ADD CNI_CONTAINERID=c-$d CNI_NETNS=/run/netns/$ns CNI_IFNAME=net1 CNI_PATH=/opt/cni/bin "$LOG/rdmakit-cni" 2>&1); local arc=$?
+    out=$(echo "${conf/DEV/$d}" | RDMAKIT_CNI_STATE_ROOT=$LOG CNI_COMMAND=ADD CNI_CONTAINERID=c-$d CNI_NETNS=/run/netns/$ns CNI_IFNAME=net1 CNI_PATH=/opt/cni/bin "$LOG/rdmakit-cni" 2>&1); local arc=$?
     echo "cni ADD $d: rc=$arc $out"
     local drc=0
     for _ in 1 2; do
-      echo "${conf/DEV/$d}" | CNI_COMMAND=DEL CNI_CONTAINERID=c-$d CNI_NETNS=/run/netns/$ns CNI_IFNAME=net1 CNI_PATH=/opt/cni/bin "$LOG/rdmakit-cni" > /dev/null 2>&1 || drc=$?
+      echo "${conf/DEV/$d}" | RDMAKIT_CNI_STATE_ROOT=$LOG CNI_COMMAND=DEL CNI_CONTAINERID=c-$d CNI_NETNS=/run/netns/$ns CNI_IFNAME=net1 CNI_PATH=/opt/cni/bin "$LOG/rdmakit-cni" > /dev/null 2>&1 || drc=$?
     done
     if [[ $arc == 0 ]]; then
       res+="$d moved into the pod netns and back (DEL rc=$drc); "
