@@ -470,36 +470,7 @@ func Parse(p *Packet, b []byte) error {
 		return fmt.Errorf("%w: %s needs %d bytes, have %d", ErrTruncated, op, hl+ICRCLen, len(b))
 	}
 	p.BTH = bth
-	off := BTHLen
-	take := func(n int) []byte {
-		v := b[off : off+n : off+n]
-		off += n
-		return v
-	}
-	if l&hasDETH != 0 {
-		p.DETH = DETH(take(DETHLen))
-	}
-	if l&hasRETH != 0 {
-		p.RETH = RETH(take(RETHLen))
-	}
-	if l&hasAtomicETH != 0 {
-		p.AtomicETH = AtomicETH(take(AtomicETHLen))
-	}
-	if l&hasAETH != 0 {
-		p.AETH = AETH(take(AETHLen))
-	}
-	if l&hasAtomicAckETH != 0 {
-		p.AtomicAckETH = AtomicAckETH(take(AtomicAckETHLen))
-	}
-	if l&hasImmDt != 0 {
-		p.ImmDt = ImmDt(take(ImmDtLen))
-	}
-	if l&hasIETH != 0 {
-		p.IETH = IETH(take(IETHLen))
-	}
-	if l&hasCNP != 0 {
-		take(CNPReservedLen)
-	}
+	off := p.views(b, l)
 	end := len(b) - ICRCLen
 	rest := end - off
 	pad := bth.PadCount()
@@ -542,10 +513,25 @@ func Build(p *Packet, buf []byte, op Opcode, n int) int {
 	p.BTH = BTH(b[:BTHLen])
 	b[bthOpcode] = byte(op)
 	b[bthFlags] = byte(PadCount(n)) << padShift
+	off := p.views(b, l)
+	if l&hasCNP != 0 {
+		clear(b[off-CNPReservedLen : off])
+	}
+	p.Payload = b[off : off+n : off+n]
+	clear(b[off+n : total-ICRCLen])
+	p.Body = b[: total-ICRCLen : total-ICRCLen]
+	p.ICRC = b[total-ICRCLen:]
+	return total
+}
+
+// views points p's extension headers into b, after the BTH and in wire
+// order, as layout l has them, and returns where they end (a CNP's
+// reserved bytes included). b holds at least l's headers.
+func (p *Packet) views(b []byte, l layout) int {
 	off := BTHLen
-	take := func(k int) []byte {
-		v := b[off : off+k : off+k]
-		off += k
+	take := func(n int) []byte {
+		v := b[off : off+n : off+n]
+		off += n
 		return v
 	}
 	if l&hasDETH != 0 {
@@ -570,11 +556,7 @@ func Build(p *Packet, buf []byte, op Opcode, n int) int {
 		p.IETH = IETH(take(IETHLen))
 	}
 	if l&hasCNP != 0 {
-		clear(take(CNPReservedLen))
+		off += CNPReservedLen
 	}
-	p.Payload = b[off : off+n : off+n]
-	clear(b[off+n : total-ICRCLen])
-	p.Body = b[: total-ICRCLen : total-ICRCLen]
-	p.ICRC = b[total-ICRCLen:]
-	return total
+	return off
 }
