@@ -43,34 +43,23 @@ var DefaultDCQCN = DCQCNConfig{
 
 func (c DCQCNConfig) withDefaults() DCQCNConfig {
 	d := DefaultDCQCN
-	if c.LineRate > 0 {
-		d.LineRate = c.LineRate
-	}
-	if c.MinRate > 0 {
-		d.MinRate = c.MinRate
-	}
-	if c.G > 0 {
-		d.G = c.G
-	}
-	if c.AlphaPeriod > 0 {
-		d.AlphaPeriod = c.AlphaPeriod
-	}
-	if c.RateTimer > 0 {
-		d.RateTimer = c.RateTimer
-	}
-	if c.ByteCounter > 0 {
-		d.ByteCounter = c.ByteCounter
-	}
-	if c.F > 0 {
-		d.F = c.F
-	}
-	if c.AI > 0 {
-		d.AI = c.AI
-	}
-	if c.HAI > 0 {
-		d.HAI = c.HAI
-	}
+	setPositive(&d.LineRate, c.LineRate)
+	setPositive(&d.MinRate, c.MinRate)
+	setPositive(&d.G, c.G)
+	setPositive(&d.AlphaPeriod, c.AlphaPeriod)
+	setPositive(&d.RateTimer, c.RateTimer)
+	setPositive(&d.ByteCounter, c.ByteCounter)
+	setPositive(&d.F, c.F)
+	setPositive(&d.AI, c.AI)
+	setPositive(&d.HAI, c.HAI)
 	return d
+}
+
+// setPositive sets *dst to v when v is given (positive).
+func setPositive[T int | int64 | float64 | time.Duration](dst *T, v T) {
+	if v > 0 {
+		*dst = v
+	}
 }
 
 // DCQCNCounters count what the rate control saw and did.
