@@ -162,14 +162,15 @@ func (l *link) read(b []byte) (int, error) {
 		return n, nil
 	}
 	l.flushOwed()
-	if l.busyPoll > 0 && spinning.Add(1) <= maxSpinning {
-		n, ok := l.spin(b)
+	if l.busyPoll > 0 {
+		n, ok := 0, spinning.Add(1) <= maxSpinning
+		if ok {
+			n, ok = l.spin(b)
+		}
 		spinning.Add(-1)
 		if ok {
 			return n, nil
 		}
-	} else if l.busyPoll > 0 {
-		spinning.Add(-1)
 	}
 	return l.conn.Read(b)
 }
