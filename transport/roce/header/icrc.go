@@ -94,7 +94,10 @@ func pseudo(buf *[pseudoMax]byte, a *Addrs, bth []byte, n int) ([]byte, int) {
 // Hasher computes and checks ICRCs without allocating: it holds the
 // scratch space of the masked headers (the CRC code keeps what it is
 // given on the heap). One per goroutine; the zero value is ready.
-type Hasher struct{ buf [pseudoMax]byte }
+type Hasher struct {
+	buf    [pseudoMax]byte
+	solver idSolver // the last length's (solver.k == 0: none yet)
+}
 
 // ICRC is Hasher.ICRC with a temporary Hasher.
 func ICRC(a *Addrs, body []byte) uint32 { return new(Hasher).ICRC(a, body) }
@@ -109,8 +112,8 @@ func CheckICRC(a *Addrs, pkt []byte) (id uint16, ok bool) { return new(Hasher).C
 // is body (which starts with the BTH).
 func (h *Hasher) ICRC(a *Addrs, body []byte) uint32 {
 	ps, _ := pseudo(&h.buf, a, body, len(body)+ICRCLen)
-	c := crc32.Update(lrhSeed, crc32.IEEETable, ps)
-	return crc32.Update(c, crc32.IEEETable, body[BTHLen:])
+	c := crcUpdate(lrhSeed, ps)
+	return crcUpdate(c, body[BTHLen:])
 }
 
 // PutICRC computes the ICRC of pkt (a whole UDP payload: the last four
@@ -133,8 +136,8 @@ func (h *Hasher) CheckICRC(a *Addrs, pkt []byte) (id uint16, ok bool) {
 	aa := *a
 	aa.ID = 0
 	ps, idOff := pseudo(&h.buf, &aa, pkt, len(pkt))
-	c := crc32.Update(lrhSeed, crc32.IEEETable, ps)
-	c = crc32.Update(c, crc32.IEEETable, pkt[BTHLen:n])
+	c := crcUpdate(lrhSeed, ps)
+	c = crcUpdate(c, pkt[BTHLen:n])
 	if c == want {
 		return 0, true
 	}
@@ -142,8 +145,11 @@ func (h *Hasher) CheckICRC(a *Addrs, pkt []byte) (id uint16, ok bool) {
 		return 0, false
 	}
 	// The identification's bytes are followed by m more bytes.
-	m := 8 + len(ps) - (8 + idOff + 2) + (n - BTHLen)
-	return solveID(c^want, uint64(m))
+	m := uint64(8 + len(ps) - (8 + idOff + 2) + (n - BTHLen))
+	if h.solver.k == 0 || h.solver.m != m {
+		h.solver.build(m)
+	}
+	return h.solver.solve(c ^ want)
 }
 
 // GF(2) polynomial arithmetic modulo the CRC-32 polynomial, in the
@@ -203,31 +209,42 @@ var idEffect = func() (t [16]uint32) {
 	return t
 }()
 
-// solveID finds the 16-bit identification x whose effect on the CRC,
-// followed by m bytes, is d; ok is false when none exists.
-func solveID(d uint32, m uint64) (uint16, bool) {
+// idSolver finds the 16-bit identification whose effect on the CRC,
+// followed by m bytes, is a given difference: a basis of the sixteen
+// bits' effects, reduced (Gaussian elimination over GF(2)). Building one
+// costs a few hundred multiplications; a Hasher keeps the last one, since
+// the packets of a stream have the same length.
+type idSolver struct {
+	m     uint64
+	k     int
+	basis [16]uint32
+	tag   [16]uint16
+	pivot [16]uint32
+}
+
+func (s *idSolver) build(m uint64) {
+	s.m, s.k = m, 0
 	shift := xpow8(m)
-	var basis [16]uint32
-	var tag [16]uint16
-	var pivot [16]uint32
-	k := 0
 	for i := range idEffect {
 		v, t := multmodp(shift, idEffect[i]), uint16(1)<<i
-		for j := 0; j < k; j++ {
-			if v&pivot[j] != 0 {
-				v, t = v^basis[j], t^tag[j]
+		for j := 0; j < s.k; j++ {
+			if v&s.pivot[j] != 0 {
+				v, t = v^s.basis[j], t^s.tag[j]
 			}
 		}
 		if v == 0 {
 			continue // cannot happen: CRC-32 detects every 16-bit burst
 		}
-		basis[k], tag[k], pivot[k] = v, t, uint32(1)<<(bits.Len32(v)-1)
-		k++
+		s.basis[s.k], s.tag[s.k], s.pivot[s.k] = v, t, uint32(1)<<(bits.Len32(v)-1)
+		s.k++
 	}
+}
+
+func (s *idSolver) solve(d uint32) (uint16, bool) {
 	var x uint16
-	for j := 0; j < k; j++ {
-		if d&pivot[j] != 0 {
-			d, x = d^basis[j], x^tag[j]
+	for j := 0; j < s.k; j++ {
+		if d&s.pivot[j] != 0 {
+			d, x = d^s.basis[j], x^s.tag[j]
 		}
 	}
 	return x, d == 0

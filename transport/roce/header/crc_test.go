@@ -1,0 +1,73 @@
+package header
+
+import (
+	"hash/crc32"
+	"math/rand/v2"
+	"net/netip"
+	"reflect"
+	"testing"
+)
+
+// TestCRCImplementations: the table and the library agree on every length
+// around the 16-byte step and on random data and seeds.
+func TestCRCImplementations(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	buf := make([]byte, 5000)
+	for i := range buf {
+		buf[i] = byte(rng.Uint32())
+	}
+	for n := 0; n <= 80; n++ {
+		for _, off := range []int{0, 1, 7} {
+			seed := rng.Uint32()
+			p := buf[off : off+n]
+			if a, b := crcSlice16(seed, p), crcLibrary(seed, p); a != b {
+				t.Fatalf("len %d off %d seed %#x: table %#x, library %#x", n, off, seed, a, b)
+			}
+		}
+	}
+	if a, b := crcSlice16(0, buf), crc32.ChecksumIEEE(buf); a != b {
+		t.Fatalf("5000 bytes: table %#x, library %#x", a, b)
+	}
+	t.Logf("this process uses the %s", map[bool]string{true: "table", false: "library"}[isTable()])
+}
+
+// isTable reports whether pickCRC chose the table (both give the same
+// answers: tell them apart by identity).
+func isTable() bool {
+	return reflect.ValueOf(crcUpdate).Pointer() == reflect.ValueOf(crcSlice16).Pointer()
+}
+
+func FuzzCRC(f *testing.F) {
+	f.Add(uint32(0), []byte("123456789"))
+	f.Add(uint32(0xffffffff), make([]byte, 33))
+	f.Fuzz(func(t *testing.T, seed uint32, p []byte) {
+		if a, b := crcSlice16(seed, p), crcLibrary(seed, p); a != b {
+			t.Fatalf("table %#x, library %#x", a, b)
+		}
+	})
+}
+
+// TestHasherSolverLengths: one Hasher checking IPv4 packets of changing
+// lengths with non-zero identifications solves each for its own length
+// (the solver it keeps is rebuilt when the length changes).
+func TestHasherSolverLengths(t *testing.T) {
+	var h Hasher
+	a := Addrs{Src: netip.MustParseAddr("10.1.1.1"), Dst: netip.MustParseAddr("10.1.1.2"), SrcPort: 4000, DstPort: UDPPort}
+	for i, n := range []int{100, 100, 4096, 100, 4096, 4096, 7, 100} {
+		pkt := make([]byte, BTHLen+n+ICRCLen)
+		BTH(pkt).Encode(&BTHFields{Opcode: RCSendOnly, PKey: DefaultPKey, DestQP: 3, PSN: uint32(i)})
+		for j := BTHLen; j < BTHLen+n; j++ {
+			pkt[j] = byte(j * i)
+		}
+		a.ID = uint16(1 + i*977)
+		PutICRC(&a, pkt)
+		if got, ok := h.CheckICRC(&a, pkt); !ok || got != a.ID {
+			t.Fatalf("packet %d (%d bytes), id %d: solved %d, %v", i, n, a.ID, got, ok)
+		}
+		pkt[BTHLen] ^= 1
+		if _, ok := h.CheckICRC(&a, pkt); ok {
+			// A flipped payload bit is not an identification.
+			t.Fatalf("packet %d: a corrupted payload passed", i)
+		}
+	}
+}
