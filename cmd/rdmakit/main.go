@@ -79,7 +79,10 @@ func init() { reexec.Register("rdmakit", run) }
 
 func main() {
 	reexec.Init()
-	os.Exit(runAs(os.Args[0], os.Args[1:]))
+	stop := startProfile()
+	code := runAs(os.Args[0], os.Args[1:])
+	stop()
+	os.Exit(code)
 }
 
 // runAs runs the command line args of a program invoked as argv0: under

@@ -2,7 +2,9 @@ package roce
 
 // A device's UDP socket and its progress goroutine.
 //
-// Goroutines: one progress goroutine per endpoint (run). It receives
+// Goroutines: one progress goroutine per endpoint (run), and one sender
+// goroutine (sender) that transmits requests for the QPs the progress
+// goroutine hands it (kick). The progress goroutine receives
 // datagrams in batches (recvmmsg), checks and dispatches them to queue
 // pairs by destination QP number: requests to the QP's responder (which
 // this goroutine alone runs, under the QP's rxMu), responses to its
@@ -10,8 +12,10 @@ package roce
 // transmit batch and sent (sendmmsg) when the batch is full and after
 // each receive batch, so ACKs coalesce under load and leave at once
 // otherwise. Requests are sent by whoever makes them possible (PostSend's
-// caller, the timer, this goroutine after an ACK), each QP with its own
-// batch under its txMu.
+// caller, the timer), each QP with its own batch under its txMu; when an
+// ACK makes them possible, by the sender goroutine, so that composing
+// and checksumming a window of data (the larger part of a bandwidth
+// run's work) overlaps with receiving on another core.
 //
 // Contexts opened with the same bind address share one endpoint
 // (refcounted): a UDP port can be bound once.
@@ -105,6 +109,14 @@ type endpoint struct {
 	// noGSO: the kernel refused segmentation offload once.
 	noGSO atomic.Bool
 
+	// kickMu guards kicked, the QPs handed to the sender goroutine (each
+	// at most once: qpDriver.txKicked); kickc wakes it (one token),
+	// stop ends it.
+	kickMu sync.Mutex
+	kicked []*qpDriver
+	kickc  chan struct{}
+	stop   chan struct{}
+
 	// Progress goroutine only.
 	rx      sys.UDPBatch
 	tx      *txBatch
@@ -166,6 +178,7 @@ func (ep *endpoint) release() error {
 		return nil
 	}
 	err := ep.conn.Close()
+	close(ep.stop)
 	ep.wg.Wait()
 	if err != nil && !errors.Is(err, net.ErrClosed) {
 		return fmt.Errorf("roce: closing the socket: %w", err)
@@ -218,9 +231,46 @@ func newEndpoint(bind netip.AddrPort, mtu verbs.MTU) (*endpoint, error) {
 	}
 	ep.tx = newTxBatch(ep)
 	ep.recvFn = ep.rawRecv
-	ep.wg.Add(1)
+	ep.kickc, ep.stop = make(chan struct{}, 1), make(chan struct{})
+	ep.wg.Add(2)
 	go ep.run()
+	go ep.sender()
 	return ep, nil
+}
+
+// kick hands d to the sender goroutine, which flushes it.
+func (ep *endpoint) kick(d *qpDriver) {
+	if d.txKicked.Swap(true) {
+		return // queued already
+	}
+	ep.kickMu.Lock()
+	ep.kicked = append(ep.kicked, d)
+	ep.kickMu.Unlock()
+	select {
+	case ep.kickc <- struct{}{}:
+	default:
+	}
+}
+
+// sender is the sender goroutine: it flushes the QPs kick hands it.
+func (ep *endpoint) sender() {
+	defer ep.wg.Done()
+	var work []*qpDriver
+	for {
+		select {
+		case <-ep.kickc:
+		case <-ep.stop:
+			return
+		}
+		ep.kickMu.Lock()
+		work, ep.kicked = ep.kicked, work[:0]
+		ep.kickMu.Unlock()
+		for i, d := range work {
+			work[i] = nil
+			d.txKicked.Store(false)
+			d.flush()
+		}
+	}
 }
 
 func (ep *endpoint) addQP(d *qpDriver) error {

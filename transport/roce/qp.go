@@ -8,7 +8,12 @@ package roce
 // application goroutines (PostSend), the timer (onTimer) and the
 // endpoint's progress goroutine (responses). Transmitting requests is
 // serialised by txMu (its batch and buffers); the order is txMu, then
-// mu. The responder side (responder.go) belongs to the progress
+// mu. Whoever asks for a flush while another goroutine transmits leaves
+// it to that one (txMore) instead of waiting. The progress goroutine
+// does not transmit requests itself: when a response lets more go, it
+// hands the QP to the endpoint's sender goroutine (endpoint.kick), so
+// that composing and checksumming a window of data does not hold up
+// receiving. The responder side (responder.go) belongs to the progress
 // goroutine, under rxMu.
 
 import (
@@ -16,12 +21,14 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rdmakit/rdmakit/internal/keytab"
 	"github.com/rdmakit/rdmakit/internal/rc"
 	"github.com/rdmakit/rdmakit/internal/rcproto"
 	"github.com/rdmakit/rdmakit/internal/soft"
+	"github.com/rdmakit/rdmakit/internal/stats"
 	"github.com/rdmakit/rdmakit/transport/roce/header"
 	"github.com/rdmakit/rdmakit/verbs"
 )
@@ -64,6 +71,8 @@ type qpDriver struct {
 	ltab keytab.Table
 	num  uint32
 	srq  bool
+	// stats: the device's counters (internal/stats; nil: not counted).
+	stats *stats.Counters
 
 	modMu sync.Mutex
 
@@ -90,12 +99,19 @@ type qpDriver struct {
 	shrunk  bool // the window was halved for the retransmission in progress
 	cc      dcqcn
 
+	// txMore: a flush was asked for while txMu was held; its holder
+	// flushes again before it leaves (see flush).
+	txMore atomic.Bool
+	// txKicked: queued for the endpoint's sender goroutine.
+	txKicked atomic.Bool
+
 	// txMu serialises transmitting requests: the batch below.
 	txMu  sync.Mutex
 	tx    *txBatch
 	sport *net.UDPConn // the QP's own sending socket (nil: the endpoint's)
 	txPkt header.Packet
 	next  rcproto.Packet
+	peek  rcproto.Packet // canSend's scratch, under mu
 
 	// rxMu: the responder side, held by the progress goroutine while it
 	// handles this QP's packets (see responder.go).
@@ -104,14 +120,15 @@ type qpDriver struct {
 	// rxTouched: the progress goroutine holds rxMu for the current batch
 	// (progress goroutine only).
 	rxTouched bool
-	// rxFlush: responses stepped this batch may have let requests go.
+	// rxFlush: responses stepped this batch let requests go (progress
+	// goroutine, set under mu).
 	rxFlush bool
 	// inBacklog: in the endpoint's backlog (progress goroutine only).
 	inBacklog bool
 }
 
-func newQPDriver(ep *endpoint, qp *soft.QP) *qpDriver {
-	d := &qpDriver{ep: ep, qp: qp, t: qp.Target(), ltab: qp.Keys(), num: qp.Num(), srq: qp.Cap().MaxRecvWR == 0, epoch: time.Now()}
+func newQPDriver(ep *endpoint, qp *soft.QP, st *stats.Counters) *qpDriver {
+	d := &qpDriver{ep: ep, qp: qp, stats: st, t: qp.Target(), ltab: qp.Keys(), num: qp.Num(), srq: qp.Cap().MaxRecvWR == 0, epoch: time.Now()}
 	d.timer = time.AfterFunc(time.Hour, d.onTimer)
 	d.timer.Stop()
 	return d
@@ -218,6 +235,7 @@ func (d *qpDriver) startLocked(attr *verbs.QPAttr) {
 		MaxRdAtomic: rdDepth(attr.MaxRdAtomic),
 		MTU:         d.mtu,
 		Window:      window,
+		Stats:       d.stats,
 	})
 	d.cc.init(d.now())
 	if d.tx == nil {
@@ -379,10 +397,34 @@ func (d *qpDriver) postLocked() bool {
 	return true
 }
 
-// flush transmits what the requester engine lets go, in batches.
+// flush transmits what the requester engine lets go, in batches. When
+// another goroutine is transmitting for this QP, flush leaves the work
+// to it and returns at once: the holder of txMu flushes again for every
+// request that came while it held it, and looks once more after it lets
+// go, so that none is lost.
 func (d *qpDriver) flush() {
-	d.txMu.Lock()
-	defer d.txMu.Unlock()
+	d.txMore.Store(true)
+	for d.txMu.TryLock() {
+		for d.txMore.Swap(false) {
+			d.flushLocked()
+		}
+		d.txMu.Unlock()
+		if !d.txMore.Load() {
+			return
+		}
+	}
+}
+
+// canSend reports whether the requester has packets it may send now
+// (or work requests it has not taken yet).
+func (d *qpDriver) canSend() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.req != nil && !d.stopped && (d.posted < d.qp.SendTail() || d.req.Peek(&d.peek))
+}
+
+// flushLocked is flush's work, under txMu.
+func (d *qpDriver) flushLocked() {
 	for {
 		d.mu.Lock()
 		if d.req == nil || d.stopped || !d.postLocked() {

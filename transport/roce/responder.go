@@ -346,8 +346,8 @@ func (d *qpDriver) rxDone() {
 	fl := d.rxFlush
 	d.rxFlush = false
 	d.rxMu.Unlock()
-	if fl {
-		d.flush()
+	if fl && d.canSend() {
+		d.ep.kick(d)
 	}
 }
 

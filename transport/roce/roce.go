@@ -250,7 +250,7 @@ type ctxDriver struct {
 func (cd *ctxDriver) CanRegister() bool { return true }
 
 func (cd *ctxDriver) NewQP(qp *soft.QP) (soft.QPTransport, error) {
-	return newQPDriver(cd.ep, qp), nil
+	return newQPDriver(cd.ep, qp, cd.ctx.Stats()), nil
 }
 
 func (cd *ctxDriver) Close() error { return cd.ep.release() }
