@@ -360,10 +360,15 @@ func (t *Target) CopyOut(pin keytab.Pin, dst [][]byte, src []byte, lp LocalPins)
 // AtomicPin resolves the 8-byte word at addr for an atomic operation,
 // with the key's pin (the atomic is one touch).
 func (t *Target) AtomicPin(rkey uint32, addr uint64) ([]byte, keytab.Pin, Status) {
+	return t.AtomicPinCached(nil, rkey, addr)
+}
+
+// AtomicPinCached is AtomicPin through the lookup cache c (see RemotePin).
+func (t *Target) AtomicPinCached(c *keytab.Cache, rkey uint32, addr uint64) ([]byte, keytab.Pin, Status) {
 	if addr&7 != 0 {
 		return nil, keytab.Pin{}, RemoteInvalidReq
 	}
-	return t.RemotePin(nil, rkey, addr, 8, AccessRemoteAtomic)
+	return t.RemotePin(c, rkey, addr, 8, AccessRemoteAtomic)
 }
 
 // LocalPin resolves a receive SGE (lkey, addr, n) of the target (receive

@@ -5,7 +5,11 @@ package soft
 // queue under mu, then calls the driver's PostSend outside the lock. The
 // driver executes entries strictly in order, on whatever goroutine it likes
 // (the caller's for shm, a progress goroutine for tcp), and completes them
-// in order with CompleteSend, which takes cmu. A transition to ERROR (by
+// in order with CompleteSend, which takes cmu. A transport that executes
+// entries on the posting goroutine under a lock of its own (shm) can
+// implement LockedExecutor instead: PostSend then appends and executes
+// under that one lock, which also replaces cmu, so an uncontended post
+// takes one lock pair, not three. A transition to ERROR (by
 // Modify, by a failed completion, or by a peer through the control block)
 // flushes what is left in the send queue and receive queue with WRFlush
 // completions, so every posted work request completes exactly once.
@@ -75,16 +79,21 @@ type QP struct {
 	rqLen  int
 	target *rc.Target
 
-	// mu guards state, attr, and appending to the send queue.
-	mu    sync.Mutex
-	state QPState
-	attr  QPAttr
+	// xl is drv as a LockedExecutor, or nil: then its lock, not mu,
+	// guards appending to the send queue, and not cmu completing.
+	xl LockedExecutor
+
+	// mu guards state, attr, and appending to the send queue (unless xl).
+	mu     sync.Mutex
+	state  QPState
+	pstate atomic.Uint32 // state, for PostSend under xl's lock
+	attr   QPAttr
 
 	sq     []SendEntry
 	tail   atomic.Uint64 // entries below tail are published to the driver
 	lcache keytab.Cache  // last local key resolved
 
-	// cmu guards completing entries (head) and flushing.
+	// cmu guards completing entries (head) and flushing (unless xl).
 	cmu  sync.Mutex
 	head atomic.Uint64
 }
@@ -179,6 +188,9 @@ func (pd *PD) CreateQP(dc driver.QPConfig) (driver.QP, error) {
 		e.inline = make([]byte, cp.MaxInlineData)
 	}
 	qp.drv, err = c.drv.NewQP(qp)
+	if x, ok := qp.drv.(LockedExecutor); ok && err == nil {
+		qp.xl = x
+	}
 	if err != nil {
 		c.mu.Lock()
 		delete(c.qps, qp.num)
@@ -277,7 +289,7 @@ func (qp *QP) Modify(attr *QPAttr) error {
 		qp.mu.Lock()
 	}
 	qp.attr = next
-	qp.state = to
+	qp.setState(to)
 	switch to {
 	case QPInit:
 		qp.qcb.SetAccess(uint32(next.AccessFlags))
@@ -293,9 +305,9 @@ func (qp *QP) Modify(attr *QPAttr) error {
 		qp.flushSQ()
 		qp.flushRQ()
 	case QPReset:
-		qp.cmu.Lock()
+		qp.lockC()
 		qp.head.Store(qp.tail.Load())
-		qp.cmu.Unlock()
+		qp.unlockC()
 		if qp.srq == nil {
 			var buf [rc.RecvWQEMax]byte
 			for qp.rq.TryPop(buf[:qp.rq.Payload()]) {
@@ -305,6 +317,30 @@ func (qp *QP) Modify(attr *QPAttr) error {
 	return nil
 }
 
+// setState sets the state; qp.mu is held.
+func (qp *QP) setState(s QPState) {
+	qp.state = s
+	qp.pstate.Store(uint32(s))
+}
+
+// lockC takes the lock that guards completing and flushing: the
+// transport's (LockedExecutor) or cmu.
+func (qp *QP) lockC() {
+	if qp.xl != nil {
+		qp.xl.Lock()
+	} else {
+		qp.cmu.Lock()
+	}
+}
+
+func (qp *QP) unlockC() {
+	if qp.xl != nil {
+		qp.xl.Unlock()
+	} else {
+		qp.cmu.Unlock()
+	}
+}
+
 // syncState applies an ERROR state a peer recorded in the control block.
 func (qp *QP) syncState() {
 	if qp.qcb.State() == rc.StateError {
@@ -312,7 +348,7 @@ func (qp *QP) syncState() {
 		s := qp.state
 		qp.mu.Unlock()
 		if s != QPError {
-			qp.enterError(true)
+			qp.enterError(true, false)
 		}
 	}
 }
@@ -321,14 +357,21 @@ func (qp *QP) syncState() {
 // peer recorded an error in the control block) and flushes both queues.
 // The transport must have stopped executing send entries. Outstanding
 // entries it wants to fail with a specific status it completes first.
-func (qp *QP) Fail() { qp.enterError(false) }
+// A LockedExecutor calls it with its lock held.
+func (qp *QP) Fail() { qp.enterError(false, qp.xl != nil) }
 
-func (qp *QP) enterError(notify bool) {
+// enterError moves the QP to ERROR (notify: telling the transport) and
+// flushes; held says the transport's lock (LockedExecutor) is held.
+func (qp *QP) enterError(notify, held bool) {
 	from, changed := qp.markError()
 	if notify && changed {
 		qp.drv.Modify(from, QPError, nil)
 	}
-	qp.flushSQ()
+	if held {
+		qp.flushSQLocked()
+	} else {
+		qp.flushSQ()
+	}
 	qp.flushRQ()
 }
 
@@ -341,15 +384,20 @@ func (qp *QP) markError() (from QPState, changed bool) {
 	if from == QPError {
 		return from, false
 	}
-	qp.state = QPError
+	qp.setState(QPError)
 	qp.attr.State = QPError
 	qp.qcb.SetState(rc.StateError)
 	return from, true
 }
 
 func (qp *QP) flushSQ() {
-	qp.cmu.Lock()
-	defer qp.cmu.Unlock()
+	qp.lockC()
+	defer qp.unlockC()
+	qp.flushSQLocked()
+}
+
+// flushSQLocked is flushSQ with the completion lock held.
+func (qp *QP) flushSQLocked() {
 	for h := qp.head.Load(); h < qp.tail.Load(); h++ {
 		w, emit := qp.sendWC(&qp.sq[h%uint64(len(qp.sq))], StatusWRFlush)
 		qp.head.Store(h + 1)
@@ -393,7 +441,7 @@ func (qp *QP) pushSend(w *rc.WC) {
 	if !qp.sendCQ.push(w) && w.Status == rc.Success {
 		// The completion was lost: the CQ reports overflow, and the QP
 		// cannot go on as if nothing happened.
-		go qp.enterError(true)
+		go qp.enterError(true, false)
 	}
 }
 
@@ -403,6 +451,9 @@ func (qp *QP) pushSend(w *rc.WC) {
 // were posted. Errors found while executing arrive as completions.
 func (qp *QP) PostSend(wrs []SendWR) error {
 	qp.syncState()
+	if qp.xl != nil {
+		return qp.postLocked(wrs)
+	}
 	qp.mu.Lock()
 	if qp.state == QPError {
 		qp.mu.Unlock()
@@ -439,7 +490,45 @@ func (qp *QP) PostSend(wrs []SendWR) error {
 	return err
 }
 
-// prepare validates wr and appends it; qp.mu is held.
+// postLocked is PostSend for a LockedExecutor: the work requests are
+// appended and executed under the transport's lock, which also guards
+// completing and flushing, so a post that sees RTS is either flushed by
+// a transition to ERROR or executed; one that sees ERROR completes with
+// WRFlush.
+func (qp *QP) postLocked(wrs []SendWR) error {
+	qp.xl.Lock()
+	switch s := QPState(qp.pstate.Load()); s {
+	case QPRTS:
+	case QPError:
+		defer qp.xl.Unlock()
+		for i := range wrs {
+			if wrs[i].Opcode > OpFetchAndAdd {
+				return postErr(i, ErrInvalidArgument, "unknown opcode %d", wrs[i].Opcode)
+			}
+			e := SendEntry{WR: wrs[i]}
+			qp.emitSend(&e, StatusWRFlush)
+		}
+		return nil
+	default:
+		qp.xl.Unlock()
+		return postErr(0, ErrInvalidState, "QP is %s, send needs RTS", s)
+	}
+	var err error
+	posted := 0
+	for i := range wrs {
+		if err = qp.prepare(i, &wrs[i]); err != nil {
+			break
+		}
+		posted++
+	}
+	if posted > 0 {
+		qp.xl.RunLocked()
+	}
+	qp.xl.Unlock()
+	return err
+}
+
+// prepare validates wr and appends it; qp.mu (xl's lock) is held.
 func (qp *QP) prepare(i int, wr *SendWR) error {
 	if wr.Opcode > OpFetchAndAdd {
 		return postErr(i, ErrInvalidArgument, "unknown opcode %d", wr.Opcode)
@@ -599,7 +688,7 @@ func (qp *QP) destroyOnce() {
 	c.mu.Unlock()
 	qp.mu.Lock()
 	from := qp.state
-	qp.state = QPReset
+	qp.setState(QPReset)
 	qp.mu.Unlock()
 	if from != QPReset {
 		qp.drv.Modify(from, QPReset, &QPAttr{})
@@ -623,17 +712,23 @@ func (qp *QP) SendEntry(seq uint64) *SendEntry { return &qp.sq[seq%uint64(len(qp
 
 // CompleteSend completes the oldest outstanding send entry with st. A
 // failure moves the QP to ERROR and flushes the rest; CompleteSend then
-// returns false and the transport must stop executing entries.
+// returns false and the transport must stop executing entries. A
+// LockedExecutor calls it with its lock held.
 func (qp *QP) CompleteSend(st Status) bool {
 	if st != StatusSuccess {
 		// The QP shows ERROR before its first error completion can be
 		// polled.
 		qp.markError()
 	}
-	qp.cmu.Lock()
+	held := qp.xl != nil
+	if !held {
+		qp.cmu.Lock()
+	}
 	h := qp.head.Load()
 	if h >= qp.tail.Load() {
-		qp.cmu.Unlock()
+		if !held {
+			qp.cmu.Unlock()
+		}
 		return qp.qcb.State() != rc.StateError
 	}
 	// The slot is free before its completion can be polled, so a post
@@ -644,9 +739,11 @@ func (qp *QP) CompleteSend(st Status) bool {
 	if emit {
 		qp.pushSend(&w)
 	}
-	qp.cmu.Unlock()
+	if !held {
+		qp.cmu.Unlock()
+	}
 	if st != StatusSuccess {
-		qp.enterError(false)
+		qp.enterError(false, held)
 		return false
 	}
 	return true
