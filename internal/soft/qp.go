@@ -89,7 +89,8 @@ type QP struct {
 	pstate atomic.Uint32 // state, for PostSend under xl's lock
 	attr   QPAttr
 
-	sq     []SendEntry
+	sq     []SendEntry // a power of two slots, cap.MaxSendWR of them in use at most
+	sqMask uint64      // len(sq)-1
 	tail   atomic.Uint64 // entries below tail are published to the driver
 	lcache keytab.Cache  // last local key resolved
 
@@ -179,7 +180,14 @@ func (pd *PD) CreateQP(dc driver.QPConfig) (driver.QP, error) {
 	}
 	qp.target.Ext = c.extMemory
 
-	qp.sq = make([]SendEntry, cp.MaxSendWR)
+	// A power of two slots, so that a position maps to its slot with a
+	// mask (a division costs more than the rest of the bookkeeping).
+	slots := 1
+	for slots < cp.MaxSendWR {
+		slots <<= 1
+	}
+	qp.sq = make([]SendEntry, slots)
+	qp.sqMask = uint64(slots - 1)
 	for i := range qp.sq {
 		e := &qp.sq[i]
 		e.sgl = make([]SGE, cp.MaxSendSGE)
@@ -399,7 +407,7 @@ func (qp *QP) flushSQ() {
 // flushSQLocked is flushSQ with the completion lock held.
 func (qp *QP) flushSQLocked() {
 	for h := qp.head.Load(); h < qp.tail.Load(); h++ {
-		w, emit := qp.sendWC(&qp.sq[h%uint64(len(qp.sq))], StatusWRFlush)
+		w, emit := qp.sendWC(&qp.sq[h&qp.sqMask], StatusWRFlush)
 		qp.head.Store(h + 1)
 		if emit {
 			qp.pushSend(&w)
@@ -564,10 +572,10 @@ func (qp *QP) prepare(i int, wr *SendWR) error {
 		}
 	}
 	t := qp.tail.Load()
-	if t-qp.head.Load() >= uint64(len(qp.sq)) {
-		return postErr(i, ErrQueueFull, "send queue holds %d work requests; poll completions first", len(qp.sq))
+	if t-qp.head.Load() >= uint64(qp.cap.MaxSendWR) {
+		return postErr(i, ErrQueueFull, "send queue holds %d work requests; poll completions first", qp.cap.MaxSendWR)
 	}
-	e := &qp.sq[t%uint64(len(qp.sq))]
+	e := &qp.sq[t&qp.sqMask]
 	e.WR = *wr
 	e.WR.SGL = e.sgl[:len(wr.SGL)]
 	copy(e.WR.SGL, wr.SGL)
@@ -708,7 +716,7 @@ func (qp *QP) SendTail() uint64 { return qp.tail.Load() }
 func (qp *QP) SendHead() uint64 { return qp.head.Load() }
 
 // SendEntry returns the entry at position seq (SendHead <= seq < SendTail).
-func (qp *QP) SendEntry(seq uint64) *SendEntry { return &qp.sq[seq%uint64(len(qp.sq))] }
+func (qp *QP) SendEntry(seq uint64) *SendEntry { return &qp.sq[seq&qp.sqMask] }
 
 // CompleteSend completes the oldest outstanding send entry with st. A
 // failure moves the QP to ERROR and flushes the rest; CompleteSend then
@@ -734,7 +742,7 @@ func (qp *QP) CompleteSend(st Status) bool {
 	// The slot is free before its completion can be polled, so a post
 	// made right after polling it never finds the queue full; the
 	// completion is taken from the entry first.
-	w, emit := qp.sendWC(&qp.sq[h%uint64(len(qp.sq))], st)
+	w, emit := qp.sendWC(&qp.sq[h&qp.sqMask], st)
 	qp.head.Store(h + 1)
 	if emit {
 		qp.pushSend(&w)
