@@ -56,8 +56,14 @@ type SendEntry struct {
 func (qp *QP) Keys() keytab.Table { return qp.ctx.keys }
 
 // LocalPins returns the entry's local side for rc's copies.
+// With a LockedExecutor (whose lock is held) the local region stays
+// entered between operations, in qp.hold.
 func (e *SendEntry) LocalPins(qp *QP) rc.LocalPins {
-	return rc.LocalPins{Keys: qp.ctx.keys, Pins: e.Pins}
+	lp := rc.LocalPins{Keys: qp.ctx.keys, Pins: e.Pins}
+	if qp.xl != nil {
+		lp.Hold = &qp.hold
+	}
+	return lp
 }
 
 // QP is a reliable-connected queue pair.
@@ -97,6 +103,45 @@ type QP struct {
 	// cmu guards completing entries (head) and flushing (unless xl).
 	cmu  sync.Mutex
 	head atomic.Uint64
+
+	// With xl, its lock guards every access to the queue positions, and
+	// these plain words stand for tail and head (an atomic store costs a
+	// locked instruction).
+	tailL, headL uint64
+
+	// hold is the local region the executor keeps entered (with xl,
+	// under its lock; see rc.LocalPins); Dereg and Close release it.
+	hold keytab.Hold
+}
+
+func (qp *QP) tailPos() uint64 {
+	if qp.xl != nil {
+		return qp.tailL
+	}
+	return qp.tail.Load()
+}
+
+func (qp *QP) headPos() uint64 {
+	if qp.xl != nil {
+		return qp.headL
+	}
+	return qp.head.Load()
+}
+
+func (qp *QP) setTail(v uint64) {
+	if qp.xl != nil {
+		qp.tailL = v
+		return
+	}
+	qp.tail.Store(v)
+}
+
+func (qp *QP) setHead(v uint64) {
+	if qp.xl != nil {
+		qp.headL = v
+		return
+	}
+	qp.head.Store(v)
 }
 
 // CreateQP creates an RC queue pair in RESET; verbs has applied the
@@ -314,7 +359,7 @@ func (qp *QP) Modify(attr *QPAttr) error {
 		qp.flushRQ()
 	case QPReset:
 		qp.lockC()
-		qp.head.Store(qp.tail.Load())
+		qp.setHead(qp.tailPos())
 		qp.unlockC()
 		if qp.srq == nil {
 			var buf [rc.RecvWQEMax]byte
@@ -347,6 +392,22 @@ func (qp *QP) unlockC() {
 	} else {
 		qp.cmu.Unlock()
 	}
+}
+
+// releaseHold releases the executor's held local pin if it is on slot s
+// (0: whatever it is). Dereg and destroy call it; nothing of the engine is
+// locked.
+func (qp *QP) releaseHold(s keytab.Slot) {
+	if qp.xl == nil {
+		return
+	}
+	qp.xl.Lock()
+	if s == 0 {
+		qp.ctx.keys.Release(&qp.hold)
+	} else {
+		qp.ctx.keys.ReleaseSlot(&qp.hold, s)
+	}
+	qp.xl.Unlock()
 }
 
 // syncState applies an ERROR state a peer recorded in the control block.
@@ -406,9 +467,9 @@ func (qp *QP) flushSQ() {
 
 // flushSQLocked is flushSQ with the completion lock held.
 func (qp *QP) flushSQLocked() {
-	for h := qp.head.Load(); h < qp.tail.Load(); h++ {
+	for h := qp.headPos(); h < qp.tailPos(); h++ {
 		w, emit := qp.sendWC(&qp.sq[h&qp.sqMask], StatusWRFlush)
-		qp.head.Store(h + 1)
+		qp.setHead(h + 1)
 		if emit {
 			qp.pushSend(&w)
 		}
@@ -571,8 +632,8 @@ func (qp *QP) prepare(i int, wr *SendWR) error {
 			return postErr(i, ErrInvalidArgument, "misaligned atomic: remote address %#x is not 8-byte aligned", wr.RemoteAddr)
 		}
 	}
-	t := qp.tail.Load()
-	if t-qp.head.Load() >= uint64(qp.cap.MaxSendWR) {
+	t := qp.tailPos()
+	if t-qp.headPos() >= uint64(qp.cap.MaxSendWR) {
 		return postErr(i, ErrQueueFull, "send queue holds %d work requests; poll completions first", qp.cap.MaxSendWR)
 	}
 	e := &qp.sq[t&qp.sqMask]
@@ -618,7 +679,7 @@ func (qp *QP) prepare(i int, wr *SendWR) error {
 			e.Local, e.Pins = e.segs[:0], e.pins[:0]
 		}
 	}
-	qp.tail.Store(t + 1)
+	qp.setTail(t + 1)
 	return nil
 }
 
@@ -702,6 +763,7 @@ func (qp *QP) destroyOnce() {
 		qp.drv.Modify(from, QPReset, &QPAttr{})
 	}
 	qp.drv.Destroy()
+	qp.releaseHold(0)
 	qp.freeMemory()
 }
 
@@ -709,11 +771,13 @@ func (qp *QP) destroy() { qp.destroyOnce() }
 
 // The methods below are for transports.
 
-// SendTail returns the position one past the newest published send entry.
-func (qp *QP) SendTail() uint64 { return qp.tail.Load() }
+// SendTail returns the position one past the newest published send entry
+// (a LockedExecutor asks with its lock held).
+func (qp *QP) SendTail() uint64 { return qp.tailPos() }
 
-// SendHead returns the position of the oldest uncompleted send entry.
-func (qp *QP) SendHead() uint64 { return qp.head.Load() }
+// SendHead returns the position of the oldest uncompleted send entry (a
+// LockedExecutor asks with its lock held).
+func (qp *QP) SendHead() uint64 { return qp.headPos() }
 
 // SendEntry returns the entry at position seq (SendHead <= seq < SendTail).
 func (qp *QP) SendEntry(seq uint64) *SendEntry { return &qp.sq[seq&qp.sqMask] }
@@ -732,8 +796,8 @@ func (qp *QP) CompleteSend(st Status) bool {
 	if !held {
 		qp.cmu.Lock()
 	}
-	h := qp.head.Load()
-	if h >= qp.tail.Load() {
+	h := qp.headPos()
+	if h >= qp.tailPos() {
 		if !held {
 			qp.cmu.Unlock()
 		}
@@ -743,7 +807,7 @@ func (qp *QP) CompleteSend(st Status) bool {
 	// made right after polling it never finds the queue full; the
 	// completion is taken from the entry first.
 	w, emit := qp.sendWC(&qp.sq[h&qp.sqMask], st)
-	qp.head.Store(h + 1)
+	qp.setHead(h + 1)
 	if emit {
 		qp.pushSend(&w)
 	}
