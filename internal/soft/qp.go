@@ -95,8 +95,8 @@ type QP struct {
 	pstate atomic.Uint32 // state, for PostSend under xl's lock
 	attr   QPAttr
 
-	sq     []SendEntry // a power of two slots, cap.MaxSendWR of them in use at most
-	sqMask uint64      // len(sq)-1
+	sq     []SendEntry   // a power of two slots, cap.MaxSendWR of them in use at most
+	sqMask uint64        // len(sq)-1
 	tail   atomic.Uint64 // entries below tail are published to the driver
 	lcache keytab.Cache  // last local key resolved
 
