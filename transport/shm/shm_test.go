@@ -2,6 +2,9 @@ package shm_test
 
 import (
 	"errors"
+	"runtime"
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -60,5 +63,71 @@ func TestDeregReleasesHeldLocalRegion(t *testing.T) {
 	}
 	if err := a.WaitSend(1); !errors.Is(err, verbs.StatusLocalProtection) {
 		t.Fatalf("write from a deregistered lkey: %v, want a local protection error", err)
+	}
+}
+
+// Posts from several goroutines race a move to ERROR: under the executor's
+// one lock (soft.LockedExecutor) every work request still completes
+// exactly once, executed or flushed.
+func TestConcurrentPostsAndError(t *testing.T) {
+	const posters, each = 4, 50
+	p, err := conformance.NewPair("shm0", 1<<16, posters*each)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	a := p.A
+	var wg sync.WaitGroup
+	var posted atomic.Int64
+	start := make(chan struct{})
+	for g := range posters {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			for i := range each {
+				wr := []verbs.SendWR{{ID: uint64(g*each + i), Opcode: verbs.OpWrite, Flags: verbs.SendSignaled,
+					SGL: []verbs.SGE{a.MR.SGE(8*g, 8)}, RemoteAddr: p.B.MR.Addr() + uint64(8*g), RKey: p.B.MR.RKey()}}
+				if err := a.QP.PostSend(wr); err != nil {
+					t.Errorf("post %d: %v", g*each+i, err)
+					return
+				}
+				posted.Add(1)
+			}
+		}()
+	}
+	close(start)
+	runtime.Gosched()
+	if err := a.QP.Modify(verbs.QPAttr{State: verbs.QPError}); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	seen := make(map[uint64]bool)
+	flushed := 0
+	wcs := make([]verbs.WorkCompletion, 64)
+	for {
+		n, err := a.SCQ.Poll(wcs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			break
+		}
+		for _, w := range wcs[:n] {
+			if w.Status != verbs.StatusSuccess && w.Status != verbs.StatusWRFlush {
+				t.Errorf("work request %d completed with %s", w.WRID, w.Status)
+			}
+			if seen[w.WRID] {
+				t.Errorf("work request %d completed twice", w.WRID)
+			}
+			seen[w.WRID] = true
+			if w.Status == verbs.StatusWRFlush {
+				flushed++
+			}
+		}
+	}
+	t.Logf("%d work requests posted, %d of them flushed", posted.Load(), flushed)
+	if int64(len(seen)) != posted.Load() {
+		t.Fatalf("%d work requests posted, %d completed", posted.Load(), len(seen))
 	}
 }
