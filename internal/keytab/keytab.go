@@ -40,6 +40,7 @@ package keytab
 import (
 	"errors"
 	"runtime"
+	"sync/atomic"
 	"time"
 
 	"github.com/rdmakit/rdmakit/internal/sys"
@@ -167,6 +168,67 @@ func (t Table) EnterOpt(p Pin) bool { return p.so == 0 || t.Enter(p) }
 func (t Table) LeaveOpt(p Pin) {
 	if p.so != 0 {
 		t.Leave(p)
+	}
+}
+
+// Hold keeps one pin entered across touches, for an executor that works
+// on the same region op after op: a touch of the held pin costs one load
+// (its sequence word) instead of two atomic adds. A Hold is used under a
+// lock of its owner's (the executor's); Dereg, which must see it released
+// before the memory goes, finds it by Holds (any goroutine) and releases
+// it with ReleaseSlot under that lock.
+type Hold struct {
+	p    Pin
+	slot atomic.Int64 // p.so, announced before the pin is entered
+}
+
+// EnterHeld is EnterOpt for a touch of p by h's owner: it enters p and
+// keeps it entered (the touch's Leave is skipped), leaving the pin held
+// before; a touch of the held pin only checks that its key is live, and
+// releases it if not. False: the key was removed.
+func (t Table) EnterHeld(h *Hold, p Pin) bool {
+	if p.so == 0 {
+		return true
+	}
+	if h.p == p {
+		if sys.Load32(t.b, p.so+oSeq) == p.seq {
+			return true
+		}
+		t.Release(h)
+		return false
+	}
+	// The slot is announced first: a remover that bumps the sequence word
+	// after Enter checked it then sees the announcement (sequentially
+	// consistent atomics), and releases the hold.
+	h.slot.Store(int64(p.so))
+	if !t.Enter(p) {
+		h.slot.Store(int64(h.p.so))
+		return false
+	}
+	if h.p.so != 0 {
+		t.Leave(h.p)
+	}
+	h.p = p
+	return true
+}
+
+// Release leaves the held pin, if any (under the owner's lock).
+func (t Table) Release(h *Hold) {
+	if h.p.so != 0 {
+		t.Leave(h.p)
+		h.p = Pin{}
+	}
+	h.slot.Store(0)
+}
+
+// Holds reports whether h may hold a pin on slot s (any goroutine).
+func (h *Hold) Holds(s Slot) bool { return s != 0 && h.slot.Load() == int64(s) }
+
+// ReleaseSlot releases h's pin if it is on slot s (under the owner's
+// lock).
+func (t Table) ReleaseSlot(h *Hold, s Slot) {
+	if s != 0 && h.p.so == int(s) {
+		t.Release(h)
 	}
 }
 

@@ -134,3 +134,52 @@ func TestPinIdle(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A Hold keeps its pin entered between touches: the key's slot is busy
+// until the hold is released, by a failed touch after the removal or by
+// ReleaseSlot, and a touch of a removed key fails.
+func TestHold(t *testing.T) {
+	tb := Init(make([]byte, Size(8)), 8)
+	for _, k := range []uint32{42, 43} {
+		if err := tb.Insert(Entry{Key: k, VA: 1, Length: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, p42, _ := tb.LookupPin(42, nil)
+	_, p43, _ := tb.LookupPin(43, nil)
+	var h Hold
+	if !tb.EnterHeld(&h, p42) || !tb.EnterHeld(&h, p42) {
+		t.Fatal("live key: EnterHeld failed")
+	}
+	s42 := tb.RemoveSlot(42)
+	if !h.Holds(s42) {
+		t.Fatal("Holds does not name the held slot")
+	}
+	if tb.Idle(s42, 5*time.Millisecond) {
+		t.Fatal("idle while held")
+	}
+	// The next touch sees the removal and lets the slot go.
+	if tb.EnterHeld(&h, p42) {
+		t.Fatal("EnterHeld succeeded on a removed key")
+	}
+	if !tb.Idle(s42, time.Second) || h.Holds(s42) {
+		t.Fatal("a failed touch kept the hold")
+	}
+	// Moving to another key leaves the one held before; ReleaseSlot lets
+	// a removed key go without a touch.
+	if !tb.EnterHeld(&h, p43) {
+		t.Fatal("EnterHeld of a second key failed")
+	}
+	s43 := tb.RemoveSlot(43)
+	tb.ReleaseSlot(&h, s42) // another slot: nothing happens
+	if tb.Idle(s43, 5*time.Millisecond) {
+		t.Fatal("ReleaseSlot of another slot released the hold")
+	}
+	tb.ReleaseSlot(&h, s43)
+	if !tb.Idle(s43, time.Second) {
+		t.Fatal("ReleaseSlot did not release the hold")
+	}
+	if !tb.EnterHeld(&h, Pin{}) {
+		t.Fatal("the zero pin (inline data) must always enter")
+	}
+}

@@ -296,19 +296,30 @@ func (t *Target) Valid(pin keytab.Pin) bool { return t.keys.Valid(pin) }
 // checked: inline data, a private copy). Local memory is touched under
 // them as target memory is under the target's, so that a Dereg of a
 // local region stops a work request in flight too.
+//
+// With Hold set (an executor that runs under its own lock), the pins are
+// entered through it (keytab.EnterHeld): the region stays entered between
+// touches and operations, and a Dereg releases it under that lock.
 type LocalPins struct {
 	Keys keytab.Table
 	Pins []keytab.Pin
+	Hold *keytab.Hold
 }
 
 // Enter starts a touch of local segment i; false: deregistered.
 func (lp LocalPins) Enter(i int) bool {
-	return i >= len(lp.Pins) || lp.Keys.EnterOpt(lp.Pins[i])
+	if i >= len(lp.Pins) {
+		return true
+	}
+	if lp.Hold != nil {
+		return lp.Keys.EnterHeld(lp.Hold, lp.Pins[i])
+	}
+	return lp.Keys.EnterOpt(lp.Pins[i])
 }
 
 // Leave ends a touch of segment i begun by a successful Enter.
 func (lp LocalPins) Leave(i int) {
-	if i < len(lp.Pins) {
+	if i < len(lp.Pins) && lp.Hold == nil {
 		lp.Keys.LeaveOpt(lp.Pins[i])
 	}
 }
@@ -331,6 +342,16 @@ func (t *Target) both(pin keytab.Pin, lp LocalPins, i int) Status {
 // it returns RemoteAccess (LocalProtection), with the rest not copied,
 // when the target's (a local) key is deregistered on the way.
 func (t *Target) CopyIn(pin keytab.Pin, dst []byte, src [][]byte, lp LocalPins) Status {
+	if len(src) == 1 && len(src[0]) <= ChunkSize {
+		// One chunk from one segment (small writes): one touch.
+		if st := t.both(pin, lp, 0); st != Success {
+			return st
+		}
+		copy(dst, src[0])
+		lp.Leave(0)
+		t.keys.Leave(pin)
+		return Success
+	}
 	d, p := [1][]byte{dst}, [1]keytab.Pin{pin}
 	if recv, local := t.CopySGPinned(d[:], p[:], src, lp); recv != Success {
 		return RemoteAccess
@@ -360,10 +381,15 @@ func (t *Target) CopyOut(pin keytab.Pin, dst [][]byte, src []byte, lp LocalPins)
 // AtomicPin resolves the 8-byte word at addr for an atomic operation,
 // with the key's pin (the atomic is one touch).
 func (t *Target) AtomicPin(rkey uint32, addr uint64) ([]byte, keytab.Pin, Status) {
+	return t.AtomicPinCached(nil, rkey, addr)
+}
+
+// AtomicPinCached is AtomicPin through the lookup cache c (see RemotePin).
+func (t *Target) AtomicPinCached(c *keytab.Cache, rkey uint32, addr uint64) ([]byte, keytab.Pin, Status) {
 	if addr&7 != 0 {
 		return nil, keytab.Pin{}, RemoteInvalidReq
 	}
-	return t.RemotePin(nil, rkey, addr, 8, AccessRemoteAtomic)
+	return t.RemotePin(c, rkey, addr, 8, AccessRemoteAtomic)
 }
 
 // LocalPin resolves a receive SGE (lkey, addr, n) of the target (receive

@@ -218,9 +218,24 @@ func (r Ring) ClearFlag(f uint32) {
 // Flags returns the header flags.
 func (r Ring) Flags() uint32 { return sys.Load32(r.b, offFlags) }
 
-// Notify wakes waiters after a push. It costs one atomic add when nobody
-// waits.
+// Notify wakes waiters after a push (or a flag set). It costs one load
+// when nobody waits: the event word moves only for waiters. That is
+// enough because every access is sequentially consistent: a waiter counts
+// itself in waiters before it re-checks the ring, and a producer publishes
+// its entry before it reads waiters, so either the waiter sees the entry
+// (and does not sleep) or the producer sees the waiter (and bumps the
+// event word, which fails or ends the waiter's futex wait).
 func (r Ring) Notify() {
+	if sys.Load32(r.b, offWaiters) != 0 {
+		sys.Add32(r.b, offEvent, 1)
+		sys.FutexWake(r.b, offEvent, 1<<30)
+	}
+}
+
+// Kick wakes waiters for a reason other than a push (a cancelled wait):
+// unlike Notify it always moves the event word, so a waiter that read it
+// before the kick does not sleep.
+func (r Ring) Kick() {
 	sys.Add32(r.b, offEvent, 1)
 	if sys.Load32(r.b, offWaiters) != 0 {
 		sys.FutexWake(r.b, offEvent, 1<<30)
@@ -235,7 +250,7 @@ func (r Ring) Wait(d time.Duration) {
 		return
 	}
 	sys.Add32(r.b, offWaiters, 1)
-	if r.Empty() {
+	if r.Empty() && r.Flags()&FlagClosed == 0 {
 		sys.FutexWait(r.b, offEvent, ev, d)
 	}
 	sys.Add32(r.b, offWaiters, ^uint32(0))

@@ -354,7 +354,18 @@ func (mr *MR) Dereg() error {
 			free = a
 		}
 	}
+	// Executors that keep the lkey's region entered between operations
+	// (rc.LocalPins) let it go now; their next touch would fail anyway.
+	var holders []*QP
+	for _, q := range c.qps {
+		if q.xl != nil && q.hold.Holds(ls) {
+			holders = append(holders, q)
+		}
+	}
 	c.mu.Unlock()
+	for _, q := range holders {
+		q.releaseHold(ls)
+	}
 	// One deadline for both keys: Dereg waits at most deregWait.
 	deadline := time.Now().Add(deregWait)
 	idle := c.keys.Idle(ls, deregWait)

@@ -86,7 +86,7 @@ func (cq *CQ) Poll(wcs []WorkCompletion) (int, error) {
 func (cq *CQ) Wait(ctx context.Context, wcs []WorkCompletion) (int, error) {
 	if ctx.Done() != nil {
 		// Only a cancellable context needs waking (and costs an allocation).
-		stop := context.AfterFunc(ctx, cq.r.Notify)
+		stop := context.AfterFunc(ctx, cq.r.Kick)
 		defer stop()
 	}
 	for {
@@ -119,7 +119,7 @@ func (cq *CQ) Overflowed() bool { return cq.r.Flags()&ring.FlagOverflow != 0 }
 func (cq *CQ) markClosed() {
 	cq.closed.Store(true)
 	cq.r.SetFlag(ring.FlagClosed)
-	cq.r.Notify()
+	cq.r.Kick()
 }
 
 // Close destroys the CQ and wakes its waiters, which return ErrClosed. It

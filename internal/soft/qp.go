@@ -5,7 +5,11 @@ package soft
 // queue under mu, then calls the driver's PostSend outside the lock. The
 // driver executes entries strictly in order, on whatever goroutine it likes
 // (the caller's for shm, a progress goroutine for tcp), and completes them
-// in order with CompleteSend, which takes cmu. A transition to ERROR (by
+// in order with CompleteSend, which takes cmu. A transport that executes
+// entries on the posting goroutine under a lock of its own (shm) can
+// implement LockedExecutor instead: PostSend then appends and executes
+// under that one lock, which also replaces cmu, so an uncontended post
+// takes one lock pair, not three. A transition to ERROR (by
 // Modify, by a failed completion, or by a peer through the control block)
 // flushes what is left in the send queue and receive queue with WRFlush
 // completions, so every posted work request completes exactly once.
@@ -52,8 +56,14 @@ type SendEntry struct {
 func (qp *QP) Keys() keytab.Table { return qp.ctx.keys }
 
 // LocalPins returns the entry's local side for rc's copies.
+// With a LockedExecutor (whose lock is held) the local region stays
+// entered between operations, in qp.hold.
 func (e *SendEntry) LocalPins(qp *QP) rc.LocalPins {
-	return rc.LocalPins{Keys: qp.ctx.keys, Pins: e.Pins}
+	lp := rc.LocalPins{Keys: qp.ctx.keys, Pins: e.Pins}
+	if qp.xl != nil {
+		lp.Hold = &qp.hold
+	}
+	return lp
 }
 
 // QP is a reliable-connected queue pair.
@@ -75,18 +85,63 @@ type QP struct {
 	rqLen  int
 	target *rc.Target
 
-	// mu guards state, attr, and appending to the send queue.
-	mu    sync.Mutex
-	state QPState
-	attr  QPAttr
+	// xl is drv as a LockedExecutor, or nil: then its lock, not mu,
+	// guards appending to the send queue, and not cmu completing.
+	xl LockedExecutor
 
-	sq     []SendEntry
+	// mu guards state, attr, and appending to the send queue (unless xl).
+	mu     sync.Mutex
+	state  QPState
+	pstate atomic.Uint32 // state, for PostSend under xl's lock
+	attr   QPAttr
+
+	sq     []SendEntry   // a power of two slots, cap.MaxSendWR of them in use at most
+	sqMask uint64        // len(sq)-1
 	tail   atomic.Uint64 // entries below tail are published to the driver
 	lcache keytab.Cache  // last local key resolved
 
-	// cmu guards completing entries (head) and flushing.
+	// cmu guards completing entries (head) and flushing (unless xl).
 	cmu  sync.Mutex
 	head atomic.Uint64
+
+	// With xl, its lock guards every access to the queue positions, and
+	// these plain words stand for tail and head (an atomic store costs a
+	// locked instruction).
+	tailL, headL uint64
+
+	// hold is the local region the executor keeps entered (with xl,
+	// under its lock; see rc.LocalPins); Dereg and Close release it.
+	hold keytab.Hold
+}
+
+func (qp *QP) tailPos() uint64 {
+	if qp.xl != nil {
+		return qp.tailL
+	}
+	return qp.tail.Load()
+}
+
+func (qp *QP) headPos() uint64 {
+	if qp.xl != nil {
+		return qp.headL
+	}
+	return qp.head.Load()
+}
+
+func (qp *QP) setTail(v uint64) {
+	if qp.xl != nil {
+		qp.tailL = v
+		return
+	}
+	qp.tail.Store(v)
+}
+
+func (qp *QP) setHead(v uint64) {
+	if qp.xl != nil {
+		qp.headL = v
+		return
+	}
+	qp.head.Store(v)
 }
 
 // CreateQP creates an RC queue pair in RESET; verbs has applied the
@@ -170,7 +225,14 @@ func (pd *PD) CreateQP(dc driver.QPConfig) (driver.QP, error) {
 	}
 	qp.target.Ext = c.extMemory
 
-	qp.sq = make([]SendEntry, cp.MaxSendWR)
+	// A power of two slots, so that a position maps to its slot with a
+	// mask (a division costs more than the rest of the bookkeeping).
+	slots := 1
+	for slots < cp.MaxSendWR {
+		slots <<= 1
+	}
+	qp.sq = make([]SendEntry, slots)
+	qp.sqMask = uint64(slots - 1)
 	for i := range qp.sq {
 		e := &qp.sq[i]
 		e.sgl = make([]SGE, cp.MaxSendSGE)
@@ -179,6 +241,9 @@ func (pd *PD) CreateQP(dc driver.QPConfig) (driver.QP, error) {
 		e.inline = make([]byte, cp.MaxInlineData)
 	}
 	qp.drv, err = c.drv.NewQP(qp)
+	if x, ok := qp.drv.(LockedExecutor); ok && err == nil {
+		qp.xl = x
+	}
 	if err != nil {
 		c.mu.Lock()
 		delete(c.qps, qp.num)
@@ -277,7 +342,7 @@ func (qp *QP) Modify(attr *QPAttr) error {
 		qp.mu.Lock()
 	}
 	qp.attr = next
-	qp.state = to
+	qp.setState(to)
 	switch to {
 	case QPInit:
 		qp.qcb.SetAccess(uint32(next.AccessFlags))
@@ -293,9 +358,9 @@ func (qp *QP) Modify(attr *QPAttr) error {
 		qp.flushSQ()
 		qp.flushRQ()
 	case QPReset:
-		qp.cmu.Lock()
-		qp.head.Store(qp.tail.Load())
-		qp.cmu.Unlock()
+		qp.lockC()
+		qp.setHead(qp.tailPos())
+		qp.unlockC()
 		if qp.srq == nil {
 			var buf [rc.RecvWQEMax]byte
 			for qp.rq.TryPop(buf[:qp.rq.Payload()]) {
@@ -305,6 +370,46 @@ func (qp *QP) Modify(attr *QPAttr) error {
 	return nil
 }
 
+// setState sets the state; qp.mu is held.
+func (qp *QP) setState(s QPState) {
+	qp.state = s
+	qp.pstate.Store(uint32(s))
+}
+
+// lockC takes the lock that guards completing and flushing: the
+// transport's (LockedExecutor) or cmu.
+func (qp *QP) lockC() {
+	if qp.xl != nil {
+		qp.xl.Lock()
+	} else {
+		qp.cmu.Lock()
+	}
+}
+
+func (qp *QP) unlockC() {
+	if qp.xl != nil {
+		qp.xl.Unlock()
+	} else {
+		qp.cmu.Unlock()
+	}
+}
+
+// releaseHold releases the executor's held local pin if it is on slot s
+// (0: whatever it is). Dereg and destroy call it; nothing of the engine is
+// locked.
+func (qp *QP) releaseHold(s keytab.Slot) {
+	if qp.xl == nil {
+		return
+	}
+	qp.xl.Lock()
+	if s == 0 {
+		qp.ctx.keys.Release(&qp.hold)
+	} else {
+		qp.ctx.keys.ReleaseSlot(&qp.hold, s)
+	}
+	qp.xl.Unlock()
+}
+
 // syncState applies an ERROR state a peer recorded in the control block.
 func (qp *QP) syncState() {
 	if qp.qcb.State() == rc.StateError {
@@ -312,7 +417,7 @@ func (qp *QP) syncState() {
 		s := qp.state
 		qp.mu.Unlock()
 		if s != QPError {
-			qp.enterError(true)
+			qp.enterError(true, false)
 		}
 	}
 }
@@ -321,14 +426,21 @@ func (qp *QP) syncState() {
 // peer recorded an error in the control block) and flushes both queues.
 // The transport must have stopped executing send entries. Outstanding
 // entries it wants to fail with a specific status it completes first.
-func (qp *QP) Fail() { qp.enterError(false) }
+// A LockedExecutor calls it with its lock held.
+func (qp *QP) Fail() { qp.enterError(false, qp.xl != nil) }
 
-func (qp *QP) enterError(notify bool) {
+// enterError moves the QP to ERROR (notify: telling the transport) and
+// flushes; held says the transport's lock (LockedExecutor) is held.
+func (qp *QP) enterError(notify, held bool) {
 	from, changed := qp.markError()
 	if notify && changed {
 		qp.drv.Modify(from, QPError, nil)
 	}
-	qp.flushSQ()
+	if held {
+		qp.flushSQLocked()
+	} else {
+		qp.flushSQ()
+	}
 	qp.flushRQ()
 }
 
@@ -341,18 +453,23 @@ func (qp *QP) markError() (from QPState, changed bool) {
 	if from == QPError {
 		return from, false
 	}
-	qp.state = QPError
+	qp.setState(QPError)
 	qp.attr.State = QPError
 	qp.qcb.SetState(rc.StateError)
 	return from, true
 }
 
 func (qp *QP) flushSQ() {
-	qp.cmu.Lock()
-	defer qp.cmu.Unlock()
-	for h := qp.head.Load(); h < qp.tail.Load(); h++ {
-		w, emit := qp.sendWC(&qp.sq[h%uint64(len(qp.sq))], StatusWRFlush)
-		qp.head.Store(h + 1)
+	qp.lockC()
+	defer qp.unlockC()
+	qp.flushSQLocked()
+}
+
+// flushSQLocked is flushSQ with the completion lock held.
+func (qp *QP) flushSQLocked() {
+	for h := qp.headPos(); h < qp.tailPos(); h++ {
+		w, emit := qp.sendWC(&qp.sq[h&qp.sqMask], StatusWRFlush)
+		qp.setHead(h + 1)
 		if emit {
 			qp.pushSend(&w)
 		}
@@ -393,7 +510,7 @@ func (qp *QP) pushSend(w *rc.WC) {
 	if !qp.sendCQ.push(w) && w.Status == rc.Success {
 		// The completion was lost: the CQ reports overflow, and the QP
 		// cannot go on as if nothing happened.
-		go qp.enterError(true)
+		go qp.enterError(true, false)
 	}
 }
 
@@ -403,6 +520,9 @@ func (qp *QP) pushSend(w *rc.WC) {
 // were posted. Errors found while executing arrive as completions.
 func (qp *QP) PostSend(wrs []SendWR) error {
 	qp.syncState()
+	if qp.xl != nil {
+		return qp.postLocked(wrs)
+	}
 	qp.mu.Lock()
 	if qp.state == QPError {
 		qp.mu.Unlock()
@@ -439,7 +559,45 @@ func (qp *QP) PostSend(wrs []SendWR) error {
 	return err
 }
 
-// prepare validates wr and appends it; qp.mu is held.
+// postLocked is PostSend for a LockedExecutor: the work requests are
+// appended and executed under the transport's lock, which also guards
+// completing and flushing, so a post that sees RTS is either flushed by
+// a transition to ERROR or executed; one that sees ERROR completes with
+// WRFlush.
+func (qp *QP) postLocked(wrs []SendWR) error {
+	qp.xl.Lock()
+	switch s := QPState(qp.pstate.Load()); s {
+	case QPRTS:
+	case QPError:
+		defer qp.xl.Unlock()
+		for i := range wrs {
+			if wrs[i].Opcode > OpFetchAndAdd {
+				return postErr(i, ErrInvalidArgument, "unknown opcode %d", wrs[i].Opcode)
+			}
+			e := SendEntry{WR: wrs[i]}
+			qp.emitSend(&e, StatusWRFlush)
+		}
+		return nil
+	default:
+		qp.xl.Unlock()
+		return postErr(0, ErrInvalidState, "QP is %s, send needs RTS", s)
+	}
+	var err error
+	posted := 0
+	for i := range wrs {
+		if err = qp.prepare(i, &wrs[i]); err != nil {
+			break
+		}
+		posted++
+	}
+	if posted > 0 {
+		qp.xl.RunLocked()
+	}
+	qp.xl.Unlock()
+	return err
+}
+
+// prepare validates wr and appends it; qp.mu (xl's lock) is held.
 func (qp *QP) prepare(i int, wr *SendWR) error {
 	if wr.Opcode > OpFetchAndAdd {
 		return postErr(i, ErrInvalidArgument, "unknown opcode %d", wr.Opcode)
@@ -474,11 +632,11 @@ func (qp *QP) prepare(i int, wr *SendWR) error {
 			return postErr(i, ErrInvalidArgument, "misaligned atomic: remote address %#x is not 8-byte aligned", wr.RemoteAddr)
 		}
 	}
-	t := qp.tail.Load()
-	if t-qp.head.Load() >= uint64(len(qp.sq)) {
-		return postErr(i, ErrQueueFull, "send queue holds %d work requests; poll completions first", len(qp.sq))
+	t := qp.tailPos()
+	if t-qp.headPos() >= uint64(qp.cap.MaxSendWR) {
+		return postErr(i, ErrQueueFull, "send queue holds %d work requests; poll completions first", qp.cap.MaxSendWR)
 	}
-	e := &qp.sq[t%uint64(len(qp.sq))]
+	e := &qp.sq[t&qp.sqMask]
 	e.WR = *wr
 	e.WR.SGL = e.sgl[:len(wr.SGL)]
 	copy(e.WR.SGL, wr.SGL)
@@ -521,7 +679,7 @@ func (qp *QP) prepare(i int, wr *SendWR) error {
 			e.Local, e.Pins = e.segs[:0], e.pins[:0]
 		}
 	}
-	qp.tail.Store(t + 1)
+	qp.setTail(t + 1)
 	return nil
 }
 
@@ -599,12 +757,13 @@ func (qp *QP) destroyOnce() {
 	c.mu.Unlock()
 	qp.mu.Lock()
 	from := qp.state
-	qp.state = QPReset
+	qp.setState(QPReset)
 	qp.mu.Unlock()
 	if from != QPReset {
 		qp.drv.Modify(from, QPReset, &QPAttr{})
 	}
 	qp.drv.Destroy()
+	qp.releaseHold(0)
 	qp.freeMemory()
 }
 
@@ -612,41 +771,51 @@ func (qp *QP) destroy() { qp.destroyOnce() }
 
 // The methods below are for transports.
 
-// SendTail returns the position one past the newest published send entry.
-func (qp *QP) SendTail() uint64 { return qp.tail.Load() }
+// SendTail returns the position one past the newest published send entry
+// (a LockedExecutor asks with its lock held).
+func (qp *QP) SendTail() uint64 { return qp.tailPos() }
 
-// SendHead returns the position of the oldest uncompleted send entry.
-func (qp *QP) SendHead() uint64 { return qp.head.Load() }
+// SendHead returns the position of the oldest uncompleted send entry (a
+// LockedExecutor asks with its lock held).
+func (qp *QP) SendHead() uint64 { return qp.headPos() }
 
 // SendEntry returns the entry at position seq (SendHead <= seq < SendTail).
-func (qp *QP) SendEntry(seq uint64) *SendEntry { return &qp.sq[seq%uint64(len(qp.sq))] }
+func (qp *QP) SendEntry(seq uint64) *SendEntry { return &qp.sq[seq&qp.sqMask] }
 
 // CompleteSend completes the oldest outstanding send entry with st. A
 // failure moves the QP to ERROR and flushes the rest; CompleteSend then
-// returns false and the transport must stop executing entries.
+// returns false and the transport must stop executing entries. A
+// LockedExecutor calls it with its lock held.
 func (qp *QP) CompleteSend(st Status) bool {
 	if st != StatusSuccess {
 		// The QP shows ERROR before its first error completion can be
 		// polled.
 		qp.markError()
 	}
-	qp.cmu.Lock()
-	h := qp.head.Load()
-	if h >= qp.tail.Load() {
-		qp.cmu.Unlock()
+	held := qp.xl != nil
+	if !held {
+		qp.cmu.Lock()
+	}
+	h := qp.headPos()
+	if h >= qp.tailPos() {
+		if !held {
+			qp.cmu.Unlock()
+		}
 		return qp.qcb.State() != rc.StateError
 	}
 	// The slot is free before its completion can be polled, so a post
 	// made right after polling it never finds the queue full; the
 	// completion is taken from the entry first.
-	w, emit := qp.sendWC(&qp.sq[h%uint64(len(qp.sq))], st)
-	qp.head.Store(h + 1)
+	w, emit := qp.sendWC(&qp.sq[h&qp.sqMask], st)
+	qp.setHead(h + 1)
 	if emit {
 		qp.pushSend(&w)
 	}
-	qp.cmu.Unlock()
+	if !held {
+		qp.cmu.Unlock()
+	}
 	if st != StatusSuccess {
-		qp.enterError(false)
+		qp.enterError(false, held)
 		return false
 	}
 	return true

@@ -110,6 +110,23 @@ type QPTransport interface {
 	Destroy() error
 }
 
+// LockedExecutor is a QPTransport that executes send entries on the
+// posting goroutine, under a lock of its own (shm). The engine then posts
+// under that lock too (PostSend appends the work requests and calls
+// RunLocked before unlocking) and uses it in place of its completion
+// lock: the transport calls CompleteSend and Fail with it held, and must
+// not hold it when the engine calls Modify, PostRecv or Destroy. One lock
+// pair per post on the uncontended path instead of three.
+type LockedExecutor interface {
+	QPTransport
+	// Lock and Unlock are the transport's execution lock.
+	Lock()
+	Unlock()
+	// RunLocked executes the entries up to QP.SendTail, as PostSend
+	// would; the lock is held.
+	RunLocked()
+}
+
 // NewDriver makes a software transport a verbs/driver.Driver, for
 // verbs.Register.
 func NewDriver(t Transport) driver.Driver { return drv{t} }

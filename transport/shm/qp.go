@@ -20,7 +20,8 @@ type qpDriver struct {
 	addr []byte
 
 	// mu guards the fields below and is held while entries execute, so
-	// entries run one at a time and in order.
+	// entries run one at a time and in order; the engine posts and
+	// completes under it too (soft.LockedExecutor).
 	mu       sync.Mutex
 	running  bool // in RTS: PostSend executes entries
 	peer     *peer
@@ -89,6 +90,20 @@ func (d *qpDriver) PostSend() {
 	d.run()
 	d.mu.Unlock()
 }
+
+// qpDriver is a soft.LockedExecutor: the engine appends work requests
+// under d.mu and has them executed before unlocking, and d.mu guards
+// completing (CompleteSend, Fail) too.
+var _ soft.LockedExecutor = (*qpDriver)(nil)
+
+// Lock takes the execution lock (soft.LockedExecutor).
+func (d *qpDriver) Lock() { d.mu.Lock() }
+
+// Unlock releases the execution lock.
+func (d *qpDriver) Unlock() { d.mu.Unlock() }
+
+// RunLocked executes the posted entries; d.mu is held.
+func (d *qpDriver) RunLocked() { d.run() }
 
 func (d *qpDriver) PostRecv() {
 	// A queue pair of this process may be waiting for this receive.
@@ -250,7 +265,7 @@ func (d *qpDriver) execOne(e *soft.SendEntry) rc.Status {
 			return st
 		}
 	case verbs.OpCompareAndSwap, verbs.OpFetchAndAdd:
-		word, pin, st := t.AtomicPin(wr.RKey, wr.RemoteAddr)
+		word, pin, st := t.AtomicPinCached(&d.keys, wr.RKey, wr.RemoteAddr)
 		if st != rc.Success {
 			return st
 		}
