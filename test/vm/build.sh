@@ -101,7 +101,7 @@ for a in $(/bin/busybox --list); do [[ -e $R/bin/$a ]] || ln -s busybox "$R/bin/
 # Modules: 9p root + overlay, RDMA core/CM/uverbs, rxe, veth/dummy, crc32 (rxe ICRC) and crc32c (siw).
 MODS=(virtio_pci 9pnet_virtio 9p overlay
       ib_core ib_uverbs ib_umad ib_cm iw_cm rdma_cm rdma_ucm rdma_rxe
-      veth dummy libcrc32c crc32c_generic crc32c_intel crc32_generic crc32_pclmul)
+      veth dummy sch_netem libcrc32c crc32c_generic crc32c_intel crc32_generic crc32_pclmul)
 mkdir -p "$R/lib/modules/$KVER"
 for m in "${MODS[@]}"; do
   modprobe -d "$KROOT" -S "$KVER" --show-depends "$m" | awk '$1=="insmod"{print $2}'

@@ -13,9 +13,17 @@ package roce
 // the requester checks what it read and the atomics' prior values, the
 // responder checks its memory and its receive completions.
 //
-// RDMAKIT_ROCE_INTEROP="rxe=DEV ns=NETNS iface=IFACE ip=ROCE_IP peer=RXE_IP mtu=4096 [rounds=N] [lossy=1]"
+// RDMAKIT_ROCE_INTEROP="rxe=DEV ns=NETNS iface=IFACE ip=ROCE_IP peer=RXE_IP mtu=4096 [rounds=N] [lossy=1] [bulk=MiB] [timeout=N]"
 // (lossy=1: the roce side loses 5% of what it sends and receives,
-// duplicates 2% and reorders 2% of what it sends)
+// duplicates 2% and reorders 2% of what it sends; bulk=M: after the
+// rounds, each side in turn Writes and Reads back M/2 MiB, 256 KiB at a
+// time, every chunk's data different and checked; timeout=N: the QPs'
+// local ACK timeout exponent, 14 by default)
+//
+// TestInteropECN (RDMAKIT_ROCE_ECN="ns=NETNS iface=IFACE ip=IP rootiface=IFACE rootip=IP"):
+// rdmakit roce on both ends of the veth, its root end on port 4792
+// (rxe has 4791 there); the link marks CE (netem's ecn); the requester's
+// DCQCN must cut its rate.
 
 import (
 	"bufio"
@@ -209,13 +217,22 @@ func mtuOf(t *testing.T, s string) verbs.MTU {
 	return 0
 }
 
-func connectTo(t *testing.T, s *side, peer interInfo, mtu verbs.MTU) {
+// timeoutOf is the QPs' local ACK timeout exponent (timeout=N, default
+// 14: 67 ms, perftest's default).
+func timeoutOf(cfg map[string]string) uint8 {
+	if n, err := strconv.Atoi(cfg["timeout"]); err == nil && n > 0 && n < 32 {
+		return uint8(n)
+	}
+	return 14
+}
+
+func connectTo(t *testing.T, s *side, peer interInfo, mtu verbs.MTU, timeout uint8) {
 	ip := net.ParseIP(peer.IP)
 	if err := s.qp.Modify(verbs.QPAttr{State: verbs.QPRTR, PathMTU: mtu, DestQPN: peer.QPN, RQPSN: peer.PSN,
 		AH: verbs.AddressHandle{GID: ip}, MinRNRTimer: 12, MaxDestRdAtomic: 16}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.qp.Modify(verbs.QPAttr{State: verbs.QPRTS, SQPSN: s.psn, Timeout: 14, RetryCount: 7, RNRRetry: 7, MaxRdAtomic: 16}); err != nil {
+	if err := s.qp.Modify(verbs.QPAttr{State: verbs.QPRTS, SQPSN: s.psn, Timeout: timeout, RetryCount: 7, RNRRetry: 7, MaxRdAtomic: 16}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -250,7 +267,7 @@ func TestInteropRXE(t *testing.T) {
 	var peer interInfo
 	s.recv(&peer)
 	s.send(interInfo{QPN: s.qp.Num(), PSN: s.psn, RKey: s.mr.RKey(), Addr: s.mr.Addr(), IP: cfg["peer"]})
-	connectTo(t, s.side, peer, mtuOf(t, cfg["mtu"]))
+	connectTo(t, s.side, peer, mtuOf(t, cfg["mtu"]), timeoutOf(cfg))
 	var msg string
 	s.recv(&msg) // the roce side is connected
 	rounds := roundsOf(cfg)
@@ -273,7 +290,48 @@ func TestInteropRXE(t *testing.T) {
 		s.serve("roce")
 	}
 	t.Logf("%d rounds: rxe -> roce and roce -> rxe: Write, Write with immediate, Send with immediate, Read, compare-and-swap, fetch-and-add: ok", rounds)
+	if mib := bulkOf(cfg); mib > 0 {
+		start := time.Now()
+		n := s.bulk(peer, mib<<20/2)
+		s.send("bulk")
+		s.recv(&msg)
+		if msg != "ok" {
+			t.Fatalf("roce side's bulk transfer: %s", msg)
+		}
+		t.Logf("bulk: rxe wrote and read back %d MiB, roce wrote and read back %d MiB, every byte checked, in %v",
+			n>>20, n>>20, time.Since(start).Round(time.Millisecond))
+	}
 	s.send("bye")
+}
+
+// bulkOf is bulk=MiB (0: none).
+func bulkOf(cfg map[string]string) int {
+	n, _ := strconv.Atoi(cfg["bulk"])
+	return max(n, 0)
+}
+
+// bulk Writes total bytes into the peer's memory, lenBig at a time, each
+// chunk's data different, and Reads each chunk back into its own memory
+// to check it: the peer's memory holds what was written and the Read
+// returns it. It returns the bytes written (as many were read back).
+func (s *interSide) bulk(peer interInfo, total int) int {
+	t := s.t
+	t.Helper()
+	b := s.mr.Bytes()
+	src, dst := b[offSrc:offSrc+lenBig], b[offRD:offRD+lenBig]
+	n := 0
+	for i := 0; n < total; i++ {
+		fill(src, seedOf(s.role, 100+i))
+		clear(dst)
+		s.post(verbs.SendWR{ID: 1, Opcode: verbs.OpWrite, Flags: verbs.SendSignaled, SGL: []verbs.SGE{s.mr.SGE(offSrc, lenBig)},
+			RemoteAddr: peer.Addr + offW, RKey: peer.RKey},
+			verbs.SendWR{ID: 2, Opcode: verbs.OpRead, Flags: verbs.SendSignaled, SGL: []verbs.SGE{s.mr.SGE(offRD, lenBig)},
+				RemoteAddr: peer.Addr + offW, RKey: peer.RKey})
+		s.wait(s.scq, 2, 60*time.Second)
+		sameBytes(t, fmt.Sprintf("%s: chunk %d read back", s.role, i), dst, src)
+		n += lenBig
+	}
+	return n
 }
 
 // roundsOf is how many times the exchange runs (rounds=N, default 1).
@@ -323,7 +381,7 @@ func TestInteropRoCE(t *testing.T) {
 	s.send(interInfo{QPN: s.qp.Num(), PSN: s.psn, RKey: s.mr.RKey(), Addr: s.mr.Addr(), IP: cfg["ip"]})
 	var peer interInfo
 	s.recv(&peer)
-	connectTo(t, s.side, peer, mtuOf(t, cfg["mtu"]))
+	connectTo(t, s.side, peer, mtuOf(t, cfg["mtu"]), timeoutOf(cfg))
 	s.send("connected")
 	var msg string
 	for round := 0; round < roundsOf(cfg); round++ {
@@ -337,6 +395,138 @@ func TestInteropRoCE(t *testing.T) {
 		s.send("ok")
 	}
 	s.recv(&msg)
+	if msg == "bulk" {
+		s.bulk(peer, bulkOf(cfg)<<20/2)
+		s.send("ok")
+		s.recv(&msg)
+	}
 	st, _ := Stats(ctx)
 	fmt.Fprintf(os.Stderr, "roce side counters: %+v\n", st)
+}
+
+type ecnInfo struct {
+	QPN, PSN, RKey uint32
+	Addr           uint64
+	QPAddr         []byte
+}
+
+type ecnReport struct {
+	Stats Counters
+	Err   string
+}
+
+func ecnConnect(t *testing.T, s *side, peer ecnInfo) {
+	if err := s.qp.Modify(verbs.QPAttr{State: verbs.QPRTR, PathMTU: verbs.MTU4096, DestQPN: peer.QPN, RQPSN: peer.PSN,
+		AH: verbs.AddressHandle{Dest: peer.QPAddr}, MinRNRTimer: 12, MaxDestRdAtomic: 16}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.qp.Modify(verbs.QPAttr{State: verbs.QPRTS, SQPSN: s.psn, Timeout: 14, RetryCount: 7, RNRRetry: 7, MaxRdAtomic: 16}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func ecnConfig(t *testing.T) map[string]string {
+	s := os.Getenv("RDMAKIT_ROCE_ECN")
+	if s == "" {
+		t.Skip("RDMAKIT_ROCE_ECN not set: runs in the test VM with netem marking CE (test/vm/guest/roce.sh)")
+	}
+	m := map[string]string{}
+	for _, f := range strings.Fields(s) {
+		k, v, _ := strings.Cut(f, "=")
+		m[k] = v
+	}
+	return m
+}
+
+// TestInteropECN is the root-namespace side: the requester, whose
+// packets the link marks CE; the other side (TestInteropECNChild, in the
+// namespace) answers with CNPs.
+func TestInteropECN(t *testing.T) {
+	if os.Getenv("RDMAKIT_ROCE_INTEROP_CHILD") != "" {
+		t.Skip("child")
+	}
+	cfg := ecnConfig(t)
+	t.Setenv(EnvIfaces, cfg["rootiface"])
+	t.Setenv(EnvAddr, cfg["rootip"]+":4792")
+	// The default line rate (100 Gb/s) is far above what the test VM
+	// moves; a gain of 1/16 makes each CNP count (as TestECN does).
+	DCQCN.LineRate, DCQCN.G = 2e9, 1.0/16
+	defer func() { DCQCN = rcprotoDefault }()
+	ctx, err := verbs.Open("roce0", verbs.Options{})
+	if err != nil {
+		t.Fatalf("open roce0 on %s: %v", cfg["rootiface"], err)
+	}
+	defer ctx.Close()
+	s := &interSide{side: newSide(t, ctx, interMR), role: "root"}
+	cmd := exec.Command("ip", "netns", "exec", cfg["ns"], os.Args[0], "-test.run=^TestInteropECNChild$", "-test.v")
+	cmd.Env = append(os.Environ(), "RDMAKIT_ROCE_INTEROP_CHILD=1", EnvIfaces+"="+cfg["iface"], EnvAddr+"="+cfg["ip"])
+	cmd.Stderr = os.Stderr
+	w, _ := cmd.StdinPipe()
+	r, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		w.Close()
+		if err := cmd.Wait(); err != nil {
+			t.Errorf("namespace side: %v", err)
+		}
+	}()
+	s.in, s.out = bufio.NewScanner(r), w
+	var peer ecnInfo
+	s.recv(&peer)
+	s.send(ecnInfo{QPN: s.qp.Num(), PSN: s.psn, RKey: s.mr.RKey(), Addr: s.mr.Addr(), QPAddr: s.qp.Address()})
+	ecnConnect(t, s.side, peer)
+	var msg string
+	s.recv(&msg) // connected
+	mib := 32
+	if v, err := strconv.Atoi(cfg["mib"]); err == nil && v > 0 {
+		mib = v
+	}
+	start := time.Now()
+	n := s.bulk(interInfo{Addr: peer.Addr, RKey: peer.RKey}, mib<<20)
+	el := time.Since(start)
+	s.send("report")
+	var rep ecnReport
+	s.recv(&rep)
+	if rep.Err != "" {
+		t.Fatalf("namespace side: %s", rep.Err)
+	}
+	st, _ := Stats(ctx)
+	d := qpOf(ctx, s.qp)
+	d.mu.Lock()
+	c, minRate := d.cc.rc.Counters(), d.cc.minRate
+	d.mu.Unlock()
+	t.Logf("wrote and read back %d MiB in %v; namespace side: RxCE:%d TxCNP:%d; this side: RxCNP:%d DCQCN cuts:%d lowest rate %.3g of %.3g B/s",
+		n>>20, el.Round(time.Millisecond), rep.Stats.RxCE, rep.Stats.TxCNP, st.RxCNP, c.Cuts, minRate, DCQCN.LineRate)
+	if rep.Stats.RxCE == 0 || rep.Stats.TxCNP == 0 || st.RxCNP == 0 || c.Cuts == 0 || minRate > 0.9*DCQCN.LineRate {
+		t.Fatal("CE marks on the link did not make the sender cut its rate")
+	}
+}
+
+// TestInteropECNChild is the namespace side of TestInteropECN: it
+// serves, then reports its counters.
+func TestInteropECNChild(t *testing.T) {
+	if os.Getenv("RDMAKIT_ROCE_INTEROP_CHILD") == "" {
+		t.Skip("run by TestInteropECN")
+	}
+	ecnConfig(t)
+	ctx, err := verbs.Open("roce0", verbs.Options{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "open roce0:", err)
+		t.Fatal(err)
+	}
+	defer ctx.Close()
+	out := os.Stdout
+	os.Stdout = os.Stderr
+	s := &interSide{side: newSide(t, ctx, interMR), role: "ns", in: bufio.NewScanner(os.Stdin), out: out}
+	s.send(ecnInfo{QPN: s.qp.Num(), PSN: s.psn, RKey: s.mr.RKey(), Addr: s.mr.Addr(), QPAddr: s.qp.Address()})
+	var peer ecnInfo
+	s.recv(&peer)
+	ecnConnect(t, s.side, peer)
+	s.send("connected")
+	var msg string
+	s.recv(&msg)
+	st, _ := Stats(ctx)
+	s.send(ecnReport{Stats: st})
 }

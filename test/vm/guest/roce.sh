@@ -8,9 +8,13 @@
 #     (roce.test -test.run TestInteropRXE)
 #   - the packets of that exchange, captured on rvroot, decode as RoCEv2
 #     in tshark, and their ICRCs check (roce.test TestPcapICRC)
-#   - the same exchange, 8 rounds, with netem losing 5%, duplicating 2%
-#     and reordering 2% of the datagrams on both veth ends (where the
-#     guest kernel has no netem: nftables dropping 5% each way)
+#   - the same exchange, 2 rounds, then 256 MiB of Writes and Reads (each
+#     side 128 MiB, every chunk read back and checked), with netem losing
+#     5%, duplicating 2% and reordering 2% of the datagrams on both veth
+#     ends (where the guest kernel has no netem: nftables dropping 5%
+#     each way, 8 rounds)
+#   - ECN: rdmakit roce on both ends of the veth, netem marking 2% of the
+#     datagrams CE: CNPs come back and DCQCN cuts the rate (TestInteropECN)
 #   - side by side, write_bw 64 KiB: rdmakit perf roce0 <-> roce0 across
 #     the veth, and ib_write_bw on rxe_v (both ends on rxe)
 #   - rdmakit perf on roce0 against perftest on rxe_v, both roles
@@ -31,6 +35,17 @@ if [[ ${BASH_SOURCE[0]} == "$0" ]]; then
   }
 fi
 RO_NS=roce_ns; RO_RXE=rxe_v; RO_RXE_IP=10.98.0.1; RO_IP=10.98.0.2; RO_MTU=${RO_MTU:-9000}
+
+# wait_port PORT [NETNS]: until a TCP listener is on PORT (up to 20 s).
+wait_port() {
+  local i ns=()
+  [[ -n ${2:-} ]] && ns=(ip netns exec "$2")
+  for i in $(seq 1 200); do
+    "${ns[@]}" ss -ltnH 2> /dev/null | awk '{print $4}' | grep -q ":$1\$" && return 0
+    sleep 0.1
+  done
+  return 1
+}
 
 ro_setup() {
   ip netns add $RO_NS &&
@@ -80,7 +95,7 @@ else
 fi
 ro_interop() {  # label rounds [ip peer [extra]]
   RDMAKIT_ROCE_INTEROP="rxe=$RO_RXE ns=$RO_NS iface=rvns ip=${3:-$RO_IP} peer=${4:-$RO_RXE_IP} mtu=4096 rounds=$2 ${5:-}" \
-    timeout 300 ./roce.test -test.run '^TestInteropRXE$' -test.v -test.timeout 290s > "$LOG/roce-interop-$1.txt" 2>&1
+    timeout "${RO_TIMEOUT:-300}" ./roce.test -test.run '^TestInteropRXE$' -test.v -test.timeout "$((${RO_TIMEOUT:-300} - 10))s" > "$LOG/roce-interop-$1.txt" 2>&1
 }
 # The same exchange over IPv6 (RoCEv2 GIDs fd00:98::1 and fd00:98::2).
 if [[ -x ./roce.test && -e /sys/class/infiniband/$RO_RXE ]]; then
@@ -100,13 +115,32 @@ if [[ -x ./roce.test && -e /sys/class/infiniband/$RO_RXE ]]; then
   if modprobe sch_netem > "$LOG/roce-netem.txt" 2>&1 &&
      tc qdisc add dev rvroot root netem loss 5% duplicate 2% reorder 2% delay 1ms 2>> "$LOG/roce-netem.txt" &&
      ip netns exec $RO_NS tc qdisc add dev rvns root netem loss 5% duplicate 2% reorder 2% delay 1ms 2>> "$LOG/roce-netem.txt"; then
-    ro_interop netem 8; rc=$?
+    rxe_hw=/sys/class/infiniband/$RO_RXE/ports/1/hw_counters
+    rxe_ctr() { local c v out=""; for c in completer_retry_err rcvd_seq_err duplicate_request out_of_seq_request; do v=$(cat "$rxe_hw/$c" 2> /dev/null) && out+="$c:$v "; done; echo "$out"; }
+    before=$(rxe_ctr)
+    # A 17 ms ACK timeout (12) instead of perftest's 67 ms: a lost last
+    # packet of a chunk costs one timeout, and there are hundreds.
+    RO_TIMEOUT=900 ro_interop netem 2 "$RO_IP" "$RO_RXE_IP" "bulk=256 timeout=12"; rc=$?
     f=$LOG/roce-interop-netem.txt
+    drops="netem dropped $(tc -s qdisc show dev rvroot | grep -o 'dropped [0-9]*' | head -1 | cut -d' ' -f2) toward rdmakit, $(ip netns exec $RO_NS tc -s qdisc show dev rvns | grep -o 'dropped [0-9]*' | head -1 | cut -d' ' -f2) toward rxe"
     if [[ $rc == 0 ]] && grep -q -- '--- PASS: TestInteropRXE' "$f"; then
-      result ok "roce interop with rxe, netem loss 5% dup 2% reorder 2%" "8 rounds both ways, data verified; $(grep -o 'Retransmits:[0-9]*' "$f" | head -1) $(grep -o 'RxPackets:[0-9]*' "$f" | head -1)"
+      result ok "roce interop with rxe, netem loss 5% dup 2% reorder 2%, 256 MiB" "$(grep -o 'bulk: .*' "$f" | head -1 | cut -c1-140); $drops; roce $(grep -o 'Retransmits:[0-9]*' "$f" | head -1); rxe before: $before after: $(rxe_ctr)"
     else
-      result FAIL "roce interop with rxe, netem loss 5% dup 2% reorder 2%" "rc=$rc $(grep -E -- '--- FAIL|\.go:[0-9]+:' "$f" | head -3 | tr '\n' ' ')"
+      result FAIL "roce interop with rxe, netem loss 5% dup 2% reorder 2%, 256 MiB" "rc=$rc $drops $(grep -E -- '--- FAIL|\.go:[0-9]+:' "$f" | head -3 | tr '\n' ' ')"
       tail -20 "$f"
+    fi
+    # ECN: rdmakit on both ends of the veth (its root end on port 4792),
+    # the link toward the namespace marking 2% of the datagrams CE.
+    ip netns exec $RO_NS tc qdisc del dev rvns root 2> /dev/null
+    tc qdisc replace dev rvroot root netem loss 2% ecn 2>> "$LOG/roce-netem.txt"
+    RDMAKIT_ROCE_ECN="ns=$RO_NS iface=rvns ip=$RO_IP rootiface=rvroot rootip=$RO_RXE_IP mib=32" \
+      timeout 300 ./roce.test -test.run '^TestInteropECN$' -test.v -test.timeout 290s > "$LOG/roce-ecn.txt" 2>&1; rc=$?
+    marked=$(tc -s qdisc show dev rvroot | grep -o 'ecn_mark [0-9]*' | head -1)
+    if [[ $rc == 0 ]] && grep -q -- '--- PASS: TestInteropECN' "$LOG/roce-ecn.txt"; then
+      result ok "roce ECN: netem marks CE, DCQCN cuts" "${marked:-} $(grep -o 'wrote and read back.*' "$LOG/roce-ecn.txt" | head -1)"
+    else
+      result FAIL "roce ECN: netem marks CE, DCQCN cuts" "rc=$rc ${marked:-} $(grep -E -- '--- FAIL|\.go:[0-9]+:' "$LOG/roce-ecn.txt" | head -3 | tr '\n' ' ')"
+      tail -20 "$LOG/roce-ecn.txt"
     fi
     tc qdisc del dev rvroot root 2> /dev/null; ip netns exec $RO_NS tc qdisc del dev rvns root 2> /dev/null
   elif command -v nft > /dev/null && modprobe nft_numgen >> "$LOG/roce-netem.txt" 2>&1 &&
@@ -152,7 +186,7 @@ if [[ -x ./rdmakit && -e /sys/class/infiniband/$RO_RXE ]]; then
   p=18790
   ip netns exec $RO_NS env RDMAKIT_ROCE_IFACES=rvns RDMAKIT_ROCE_ADDR=$RO_IP \
     timeout 120 ./rdmakit perf write_bw -d roce0 -s 65536 -n 1000 -p $p > "$LOG/roce-perf.server" 2>&1 & sp=$!
-  sleep 1
+  wait_port $p $RO_NS
   RDMAKIT_ROCE_IFACES=rvroot RDMAKIT_ROCE_ADDR=$RO_RXE_IP:4792 \
     timeout 120 ./rdmakit perf write_bw -d roce0 -s 65536 -n 1000 -p $p $RO_IP > "$LOG/roce-perf.client" 2>&1; rc=$?
   wait $sp; src=$?
@@ -163,7 +197,7 @@ if [[ -x ./rdmakit && -e /sys/class/infiniband/$RO_RXE ]]; then
   RO_GIDX=$gidx
   if command -v ib_write_bw > /dev/null && [[ -n $gidx ]]; then
     taskset -c 0 timeout 120 ib_write_bw -d $RO_RXE -x "$gidx" -F -s 65536 -n 1000 -p 18791 > "$LOG/roce-rxe-perf.server" 2>&1 & sp=$!
-    sleep 1
+    wait_port 18791
     taskset -c 1 timeout 120 ib_write_bw -d $RO_RXE -x "$gidx" -F -s 65536 -n 1000 -p 18791 127.0.0.1 > "$LOG/roce-rxe-perf.client" 2>&1; rc=$?
     wait $sp
     px=$(awk '/#bytes/{getline; print $4; exit}' "$LOG/roce-rxe-perf.client")
