@@ -348,6 +348,7 @@ func (ep *endpoint) run() {
 			}
 			continue // e.g. ECONNREFUSED from an ICMP error: nothing to do
 		}
+		since := 0
 		for i := 0; i < ep.recvN; i++ {
 			b := ep.rx.Bufs[i][:ep.rx.Lens[i]]
 			seg := int(ep.rx.Seg[i])
@@ -359,16 +360,38 @@ func (ep *endpoint) run() {
 				ep.input(b[:k], ep.rx.Addrs[i], ep.rx.TOS[i])
 				ep.stats.rxPackets.Add(1)
 				b = b[k:]
+				since++
+			}
+			if since >= ackEvery && i < ep.recvN-1 {
+				// A long batch: answer what came so far before going on,
+				// so that the requester's window opens while this side
+				// is still busy (one ACK per batch would make the window
+				// a stop-and-wait unit).
+				ep.settle()
+				since = 0
 			}
 		}
-		for _, d := range ep.touched {
-			d.rxDone()
-		}
-		clear(ep.touched)
-		ep.touched = ep.touched[:0]
+		ep.settle()
 		ep.serviceBacklog()
 		ep.flushTx()
 	}
+}
+
+// ackEvery is how many datagrams of a receive batch the progress
+// goroutine handles before it sends the responses they call for: a
+// quarter of a requester's window.
+const ackEvery = window / 4
+
+// settle finishes the QPs that datagrams reached since the last settle
+// (their responses, and the requests their ACKs let go) and sends the
+// responses.
+func (ep *endpoint) settle() {
+	for _, d := range ep.touched {
+		d.rxDone()
+	}
+	clear(ep.touched)
+	ep.touched = ep.touched[:0]
+	ep.flushTx()
 }
 
 // input checks one datagram and hands it to its QP.
