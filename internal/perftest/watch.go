@@ -97,8 +97,10 @@ func (w *watch) check(progress uint64) error {
 // exchange before it do not count).
 func (w *watch) start() { w.last, w.since = 0, time.Now() }
 
-// tune adapts the spinning to the device's transport.
+// tune adapts the spinning to the device's transport (and the Go
+// scheduler to a cgo transport: procs.go).
 func (w *watch) tune(dev verbs.DeviceInfo) {
+	tuneProcs(dev)
 	w.yieldEvery = yieldOthers
 	if dev.Transport == "shm" {
 		w.yieldEvery = yieldShm

@@ -6,6 +6,12 @@
 # bandwidth below 1 is slower, for latency above 1 is slower).
 # Server on vCPU 0, client on vCPU 1 (perftest times with rdtsc).
 #
+# Each pair runs BENCH_REPS times (default 3), the tools interleaved; the
+# table shows each tool's best (highest BW average; lowest latency), and
+# for latency both t_typical (the median) and t_avg: the guest's vCPUs
+# share the host's cores with whatever else runs there, and a descheduled
+# vCPU adds milliseconds to whichever run it hits.
+#
 # Env: BENCH_N_BW, BENCH_N_LAT (iterations), BENCH_TESTS (default
 # "write_bw write_lat send_lat"), BENCH_BW_SIZES, BENCH_LAT_SIZES,
 # BENCH_VARIANTS (space-separated; each an ENV=VALUE given to extra
@@ -13,7 +19,7 @@
 set -uo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 LOG=${BENCH_LOG:-$PWD/bench-logs}; mkdir -p "$LOG"
-N_BW=${BENCH_N_BW:-2000}; N_LAT=${BENCH_N_LAT:-1000}
+N_BW=${BENCH_N_BW:-2000}; N_LAT=${BENCH_N_LAT:-1000}; REPS=${BENCH_REPS:-3}
 TESTS=${BENCH_TESTS:-write_bw write_lat send_lat}
 BW_SIZES=${BENCH_BW_SIZES:-4096 65536}; LAT_SIZES=${BENCH_LAT_SIZES:-8 4096 65536}
 read -r -a VARIANTS <<< "${BENCH_VARIANTS:-}"
@@ -35,21 +41,36 @@ pair() {  # tool test size iters [ENV=VAL] -> prints the client's result line
   awk '/#bytes/{getline; print; exit}' "$LOG/$tag-$test-$size.client" | tr -s ' '
 }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN{ if (a+0 > 0 && b+0 > 0) printf "%.2f", b/a; else print "n/a" }'; }
+best() {  # hi|lo values... -> the best one (fail if none)
+  local dir=$1; shift
+  printf '%s\n' "$@" | awk -v d="$dir" '$1+0 > 0 { if (n == 0 || (d == "hi" ? $1 > b : $1 < b)) b = $1; n++ } END { if (n) print b; else print "fail" }'
+}
 echo "# kernel $(uname -r), perftest $(dpkg-query -W -f='${Version}' perftest), device $DEV (rxe, MTU $(cat /sys/class/net/rxedum0/mtu)), TCG guest, clocksource $(cat /sys/devices/system/clocksource/clocksource0/current_clocksource)"
-echo "# iterations: bw $N_BW, lat $N_LAT; variants: ${VARIANTS[*]:-none}"
-hdr=$(printf '%-10s %6s %12s %12s %6s' test bytes perftest rdmakit ratio)
+echo "# iterations: bw $N_BW, lat $N_LAT; best of $REPS; variants: ${VARIANTS[*]:-none}"
+hdr=$(printf '%-14s %6s %12s %12s %6s' test bytes perftest rdmakit ratio)
 for v in "${VARIANTS[@]}"; do hdr+=$(printf ' %12s %6s' "${v:0:12}" ratio); done
 echo "$hdr"
+TOOLS=(- "${VARIANTS[@]}")
 for test in $TESTS; do
-  if [[ $test == *_bw ]]; then sizes=$BW_SIZES; n=$N_BW; col=4; else sizes=$LAT_SIZES; n=$N_LAT; col=6; fi   # BW average MB/s; t_avg usec
+  if [[ $test == *_bw ]]; then sizes=$BW_SIZES; n=$N_BW; cols=(4); names=("$test"); dir=hi   # BW average MB/s
+  else sizes=$LAT_SIZES; n=$N_LAT; cols=(5 6); names=("$test(typ)" "$test(avg)"); dir=lo; fi   # t_typical, t_avg usec
   for size in $sizes; do
-    a=$(pair perftest $test $size $n); va=$(awk -v c=$col '{print $c}' <<< "$a")
-    b=$(pair rdmakit $test $size $n); vb=$(awk -v c=$col '{print $c}' <<< "$b")
-    line=$(printf '%-10s %6s %12s %12s %6s' "$test" "$size" "${va:-fail}" "${vb:-fail}" "$(ratio "$va" "$vb")")
-    for v in "${VARIANTS[@]}"; do
-      c=$(pair rdmakit $test $size $n "$v"); vc=$(awk -v c=$col '{print $c}' <<< "$c")
-      line+=$(printf ' %12s %6s' "${vc:-fail}" "$(ratio "$va" "$vc")")
+    declare -A got=()
+    for ((r = 0; r < REPS; r++)); do
+      l=$(pair perftest $test $size $n); for c in "${cols[@]}"; do got[p,$c]+=" $(awk -v c=$c '{print $c}' <<< "$l")"; done
+      for t in "${!TOOLS[@]}"; do
+        v=${TOOLS[$t]}; [[ $v == - ]] && v=
+        l=$(pair rdmakit $test $size $n "$v"); for c in "${cols[@]}"; do got[$t,$c]+=" $(awk -v c=$c '{print $c}' <<< "$l")"; done
+      done
     done
-    echo "$line"
+    for i in "${!cols[@]}"; do
+      c=${cols[$i]}; va=$(best $dir ${got[p,$c]})
+      line=$(printf '%-14s %6s %12s' "${names[$i]}" "$size" "$va")
+      for t in "${!TOOLS[@]}"; do vb=$(best $dir ${got[$t,$c]}); line+=$(printf ' %12s %6s' "$vb" "$(ratio "$va" "$vb")"); done
+      echo "$line"
+      echo "# $test $size col $c: perftest${got[p,$c]}; $(for t in "${!TOOLS[@]}"; do printf '[%s]%s ' "${TOOLS[$t]}" "${got[$t,$c]}"; done)" >> "$LOG/raw.txt"
+    done
+    unset got
   done
 done
+echo "# every run's figure: $LOG/raw.txt"; cat "$LOG/raw.txt"
