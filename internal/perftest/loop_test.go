@@ -4,6 +4,7 @@ import (
 	"context"
 	"runtime"
 	"testing"
+	"time"
 )
 
 // localPair opens two endpoints on shm0 in this process and connects them
@@ -107,5 +108,36 @@ func TestLoopsDoNotAllocate(t *testing.T) {
 				t.Errorf("%d iterations, %d allocations", len(st.tposted), got)
 			}
 		})
+	}
+}
+
+// TestLatTicks: with watch.ticks (ibverbs) the latency loop stamps its
+// posts with the TSC and hands back ns since its start, as with the clock:
+// in order, within the run.
+func TestLatTicks(t *testing.T) {
+	const n = 2000
+	a, b := localPair(t, "write_lat", "-s", "8", "-n", "2000", "-d", "shm0")
+	w := newWatch(context.Background(), nil)
+	w.ticks = true
+	ping := newLatLoop(a, w, 8, true)
+	pong := newLatLoop(b, newWatch(context.Background(), nil), 8, false)
+	done := make(chan error, 1)
+	go func() { _, err := pong.run(); done <- err }()
+	start := time.Now()
+	st, err := ping.run()
+	elapsed := int64(time.Since(start))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if len(st.tposted) != n {
+		t.Fatalf("%d post times, want %d", len(st.tposted), n)
+	}
+	for i, v := range st.tposted {
+		if v < 0 || v > elapsed || (i > 0 && v < st.tposted[i-1]) {
+			t.Fatalf("post %d at %d ns (previous %d, run %d ns): not ns since the start, in order", i, v, st.tposted[max(i-1, 0)], elapsed)
+		}
 	}
 }

@@ -30,7 +30,10 @@ type watch struct {
 	stall      time.Duration
 	schedEvery uint32 // Gosched every; a multiple of it: yield, check
 	yieldEvery uint32
-	idle       uint32
+	// ticks: the latency loops time their posts with sys.Ticks (the TSC)
+	// rather than the clock, which a guest reads through a system call.
+	ticks bool
+	idle  uint32
 	// last is the loop's progress counter at the last check, at time since.
 	last  uint64
 	since time.Time
@@ -113,12 +116,12 @@ func (w *watch) start() { w.last, w.since = 0, time.Now() }
 // scheduler to a cgo transport: procs.go).
 func (w *watch) tune(dev verbs.DeviceInfo) {
 	tuneProcs(dev)
-	w.schedEvery, w.yieldEvery = gosEvery, yieldOthers
+	w.schedEvery, w.yieldEvery, w.ticks = gosEvery, yieldOthers, false
 	switch dev.Transport {
 	case "shm":
 		w.yieldEvery = yieldShm
 	case "ibverbs":
-		w.schedEvery, w.yieldEvery = spinCgo, spinCgo
+		w.schedEvery, w.yieldEvery, w.ticks = spinCgo, spinCgo, true
 		if v, err := strconv.Atoi(os.Getenv("RDMAKIT_PERF_SCHED_EVERY")); err == nil && v > 0 { // TEMP A/B
 			w.schedEvery, w.yieldEvery = uint32(v), uint32(v)
 		}
