@@ -125,5 +125,8 @@ func (w *watch) tune(dev verbs.DeviceInfo) {
 		if v, err := strconv.Atoi(os.Getenv("RDMAKIT_PERF_SCHED_EVERY")); err == nil && v > 0 { // TEMP A/B
 			w.schedEvery, w.yieldEvery = uint32(v), uint32(v)
 		}
+		if os.Getenv("RDMAKIT_PERF_NOTICKS") != "" { // TEMP A/B
+			w.ticks = false
+		}
 	}
 }
