@@ -5,6 +5,8 @@ import (
 	"runtime"
 	"testing"
 	"time"
+
+	"github.com/rdmakit/rdmakit/verbs"
 )
 
 // localPair opens two endpoints on shm0 in this process and connects them
@@ -139,5 +141,20 @@ func TestLatTicks(t *testing.T) {
 		if v < 0 || v > elapsed || (i > 0 && v < st.tposted[i-1]) {
 			t.Fatalf("post %d at %d ns (previous %d, run %d ns): not ns since the start, in order", i, v, st.tposted[max(i-1, 0)], elapsed)
 		}
+	}
+}
+
+// TestTuneIbverbs: on a cgo device the spinner yields rarely, times with
+// the TSC and keeps a second P; on the others nothing of that.
+func TestTuneIbverbs(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	w := newWatch(context.Background(), nil)
+	w.tune(verbs.DeviceInfo{Name: "shm0", Transport: "shm"})
+	if w.ticks || w.schedEvery != gosEvery || runtime.GOMAXPROCS(0) != 1 {
+		t.Fatalf("shm: ticks %v, Gosched every %d, GOMAXPROCS %d", w.ticks, w.schedEvery, runtime.GOMAXPROCS(0))
+	}
+	w.tune(verbs.DeviceInfo{Name: "rxe0", Transport: "ibverbs"})
+	if !w.ticks || w.schedEvery != spinCgo || w.yieldEvery != spinCgo || runtime.GOMAXPROCS(0) != minProcsCgo {
+		t.Fatalf("ibverbs: ticks %v, Gosched every %d, yield every %d, GOMAXPROCS %d", w.ticks, w.schedEvery, w.yieldEvery, runtime.GOMAXPROCS(0))
 	}
 }

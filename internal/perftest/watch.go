@@ -7,9 +7,7 @@ package perftest
 import (
 	"context"
 	"fmt"
-	"os"
 	"runtime"
-	"strconv"
 	"time"
 
 	"github.com/rdmakit/rdmakit/verbs"
@@ -122,11 +120,5 @@ func (w *watch) tune(dev verbs.DeviceInfo) {
 		w.yieldEvery = yieldShm
 	case "ibverbs":
 		w.schedEvery, w.yieldEvery, w.ticks = spinCgo, spinCgo, true
-		if v, err := strconv.Atoi(os.Getenv("RDMAKIT_PERF_SCHED_EVERY")); err == nil && v > 0 { // TEMP A/B
-			w.schedEvery, w.yieldEvery = uint32(v), uint32(v)
-		}
-		if os.Getenv("RDMAKIT_PERF_NOTICKS") != "" { // TEMP A/B
-			w.ticks = false
-		}
 	}
 }
