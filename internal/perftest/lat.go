@@ -30,10 +30,6 @@ type latLoop struct {
 
 	epoch   time.Time
 	tposted []int64
-	// ticks: tposted holds sys.Ticks until run converts it to ns since
-	// epoch, calibrated over the run (watch.ticks).
-	ticks bool
-	tick0 int64
 	// duration mode
 	state                  int
 	margin, total          int64
@@ -65,7 +61,6 @@ func newLatLoop(e *endpoint, w *watch, size int64, initiator bool) *latLoop {
 	// does: its posts are a round trip apart as well.
 	if (initiator || e.flat) && l.iters > 0 {
 		l.tposted = make([]int64, l.iters)
-		l.ticks = w.ticks
 	}
 	if cfg.Duration > 0 {
 		l.margin = int64(cfg.margin) * int64(time.Second)
@@ -83,30 +78,6 @@ func (l *latLoop) postRecvs() error {
 }
 
 func (l *latLoop) now() int64 { return int64(time.Since(l.epoch)) }
-
-// stamp records the time of post i.
-func (l *latLoop) stamp(i int64) {
-	if l.ticks {
-		l.tposted[i] = sys.Ticks()
-	} else {
-		l.tposted[i] = l.now()
-	}
-}
-
-// ticksToNs turns the ticks in tposted into ns since epoch, at the rate
-// the ticks and the clock advanced over the whole run.
-func (l *latLoop) ticksToNs() {
-	dt, dn := sys.Ticks()-l.tick0, l.now()
-	if !l.ticks || dt <= 0 {
-		return
-	}
-	scale := float64(dn) / float64(dt)
-	for i, t := range l.tposted {
-		if t != 0 {
-			l.tposted[i] = int64(float64(t-l.tick0) * scale)
-		}
-	}
-}
 
 // tick advances the duration state machine; it reports false once the
 // duration is over. Iteration i is about to start.
@@ -135,7 +106,6 @@ func (l *latLoop) over() bool { return l.total > 0 && l.now() >= l.total }
 
 func (l *latLoop) run() (latStats, error) {
 	l.epoch = time.Now()
-	l.tick0 = sys.Ticks()
 	var err error
 	switch l.cfg.Test.Verb {
 	case VerbWrite:
@@ -147,7 +117,6 @@ func (l *latLoop) run() (latStats, error) {
 			err = l.runRead()
 		}
 	}
-	l.ticksToNs()
 	st := latStats{tposted: l.tposted, sampleStart: l.sampleStart, sampleEnd: l.sampleEnd, n: l.sampled}
 	if l.total > 0 && l.state == stSample {
 		// Ended early (by the peer's clock): count up to now.
@@ -230,7 +199,7 @@ func (l *latLoop) runWrite() error {
 			}
 		}
 		if l.tposted != nil {
-			l.stamp(i)
+			l.tposted[i] = l.now()
 		}
 		mem[last] = seq
 		if err := l.post(uint64(i)); err != nil {
@@ -270,7 +239,7 @@ func (l *latLoop) runSend() error {
 			}
 		}
 		if l.tposted != nil {
-			l.stamp(i)
+			l.tposted[i] = l.now()
 		}
 		signaled := (i+1)%cqMod == 0 || (l.iters > 0 && i == l.iters-1)
 		l.wr[0].Flags = base
@@ -300,7 +269,7 @@ func (l *latLoop) runRead() error {
 	l.wr[0].Flags |= verbs.SendSignaled
 	for i := int64(0); l.tick(i); i++ {
 		if l.tposted != nil {
-			l.stamp(i)
+			l.tposted[i] = l.now()
 		}
 		if err := l.post(uint64(i)); err != nil {
 			return err

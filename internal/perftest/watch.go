@@ -28,10 +28,7 @@ type watch struct {
 	stall      time.Duration
 	schedEvery uint32 // Gosched every; a multiple of it: yield, check
 	yieldEvery uint32
-	// ticks: the latency loops time their posts with sys.Ticks (the TSC)
-	// rather than the clock, which a guest reads through a system call.
-	ticks bool
-	idle  uint32
+	idle       uint32
 	// last is the loop's progress counter at the last check, at time since.
 	last  uint64
 	since time.Time
@@ -114,11 +111,11 @@ func (w *watch) start() { w.last, w.since = 0, time.Now() }
 // scheduler to a cgo transport: procs.go).
 func (w *watch) tune(dev verbs.DeviceInfo) {
 	tuneProcs(dev)
-	w.schedEvery, w.yieldEvery, w.ticks = gosEvery, yieldOthers, false
+	w.schedEvery, w.yieldEvery = gosEvery, yieldOthers
 	switch dev.Transport {
 	case "shm":
 		w.yieldEvery = yieldShm
 	case "ibverbs":
-		w.schedEvery, w.yieldEvery, w.ticks = spinCgo, spinCgo, true
+		w.schedEvery, w.yieldEvery = spinCgo, spinCgo
 	}
 }

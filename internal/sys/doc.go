@@ -13,8 +13,7 @@
 //   - atomics on words inside byte slices (which may be shared with other
 //     processes through a MAP_SHARED mapping): Load32, Store32, Add32,
 //     CAS32, Load64, Store64, Add64, CAS64, CompareSwap64, FetchAdd64;
-//   - futexes and scheduling: FutexWait, FutexWake, Yield; timestamps:
-//     Ticks (the TSC on amd64, ticks_amd64.s);
+//   - futexes and scheduling: FutexWait, FutexWake, Yield;
 //   - descriptors: Read, Writev (with IOVecs, MaxIOV, ErrAgain), Close,
 //     Inode, DupNonblock, IsTerminal;
 //   - peers and children: OpenPeerFd, PidfdOpen, ProcessExited,
