@@ -115,8 +115,9 @@ func newBWLoop(e *endpoint, w *watch, size int64, send, recv bool) *bwLoop {
 	if send {
 		b.wrs = make([][]verbs.SendWR, cfg.qps)
 		for q := range b.wrs {
-			// -l: a list of postList work requests per post.
-			b.wrs[q] = make([]verbs.SendWR, max(cfg.PostList, 1))
+			// -l: a list of postList work requests per post; without
+			// it, up to postBatch work requests per post.
+			b.wrs[q] = make([]verbs.SendWR, max(cfg.PostList, min(cfg.tx, postBatch), 1))
 			for i := range b.wrs[q] {
 				b.wrs[q][i] = opWR(e, q, size)
 			}
@@ -291,7 +292,8 @@ func (b *bwLoop) run() (bwStats, error) {
 		if b.send {
 			for q, qp := range e.qps {
 				wr := b.wrs[q]
-				if len(wr) > 1 {
+				if cfg.PostList > 1 {
+					wr = wr[:cfg.PostList]
 					// -l: whole lists, the last work request signaled
 					// (-Q is the list length, iterations a multiple of it).
 					k := int64(len(wr))
@@ -321,25 +323,45 @@ func (b *bwLoop) run() (bwStats, error) {
 					}
 					continue
 				}
-				for (dur || b.scnt[q] < b.iters) && b.scnt[q]-b.ccnt[q] < tx {
+				// Everything the send queue has room for, in one post
+				// (one call into the transport: for ibverbs one cgo call
+				// and one doorbell), signaled every cqMod-th as before.
+				for {
+					k := min(tx-(b.scnt[q]-b.ccnt[q]), int64(len(wr)))
+					if !dur {
+						k = min(k, b.iters-b.scnt[q])
+					}
+					if k <= 0 {
+						break
+					}
 					n := b.scnt[q]
-					wr[0].Flags = b.flags
-					if (n+1)%cqMod == 0 || (!dur && n == b.iters-1) {
-						wr[0].Flags |= verbs.SendSignaled
-					}
-					wr[0].ID = uint64(q)<<32 | uint64(n+1)
+					var t int64
 					if !noPeak {
-						b.tposted[totS] = b.now()
+						t = b.now()
 					}
-					if err := qp.PostSend(wr); err != nil {
-						if errors.Is(err, verbs.ErrQueueFull) {
-							break
+					for i := int64(0); i < k; i++ {
+						w := &wr[i]
+						w.Flags = b.flags
+						if (n+i+1)%cqMod == 0 || (!dur && n+i == b.iters-1) {
+							w.Flags |= verbs.SendSignaled
 						}
+						w.ID = uint64(q)<<32 | uint64(n+i+1)
+						if !noPeak {
+							b.tposted[totS+i] = t
+						}
+					}
+					posted, err := postSome(qp, wr[:k])
+					b.scnt[q] += posted
+					totS += posted
+					if posted > 0 {
+						busy = true
+					}
+					if err != nil {
 						return st, fmt.Errorf("posting %s: %w", wr[0].Opcode, err)
 					}
-					b.scnt[q]++
-					totS++
-					busy = true
+					if posted < k {
+						break // the send queue is full
+					}
 				}
 			}
 			n, err := b.poll(e.scq)
@@ -436,6 +458,27 @@ func (b *bwLoop) run() (bwStats, error) {
 	}
 	st.tposted, st.tcompleted = b.tposted, b.tcompleted
 	return st, nil
+}
+
+// postBatch bounds the work requests of one post in the bandwidth loop
+// (perftest's default tx depth).
+const postBatch = 128
+
+// postSome posts wrs and reports how many the transport took: all of them,
+// or those before the one a full send queue refused (no error then).
+func postSome(qp *verbs.QP, wrs []verbs.SendWR) (int64, error) {
+	err := qp.PostSend(wrs)
+	if err == nil {
+		return int64(len(wrs)), nil
+	}
+	if !errors.Is(err, verbs.ErrQueueFull) {
+		return 0, err
+	}
+	var pe *verbs.PostError
+	if errors.As(err, &pe) && pe.Index > 0 && pe.Index < len(wrs) {
+		return int64(pe.Index), nil
+	}
+	return 0, nil
 }
 
 // enableCredits turns on perftest's receive credits (see bwLoop.credits).

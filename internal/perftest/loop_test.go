@@ -4,6 +4,8 @@ import (
 	"context"
 	"runtime"
 	"testing"
+
+	"github.com/rdmakit/rdmakit/verbs"
 )
 
 // localPair opens two endpoints on shm0 in this process and connects them
@@ -107,5 +109,20 @@ func TestLoopsDoNotAllocate(t *testing.T) {
 				t.Errorf("%d iterations, %d allocations", len(st.tposted), got)
 			}
 		})
+	}
+}
+
+// TestTuneIbverbs: on a cgo device the spinner yields rarely and keeps a
+// second P; on the others neither.
+func TestTuneIbverbs(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	w := newWatch(context.Background(), nil)
+	w.tune(verbs.DeviceInfo{Name: "shm0", Transport: "shm"})
+	if w.schedEvery != gosEvery || runtime.GOMAXPROCS(0) != 1 {
+		t.Fatalf("shm: Gosched every %d, GOMAXPROCS %d", w.schedEvery, runtime.GOMAXPROCS(0))
+	}
+	w.tune(verbs.DeviceInfo{Name: "rxe0", Transport: "ibverbs"})
+	if w.schedEvery != spinCgo || w.yieldEvery != spinCgo || runtime.GOMAXPROCS(0) != minProcsCgo {
+		t.Fatalf("ibverbs: Gosched every %d, yield every %d, GOMAXPROCS %d", w.schedEvery, w.yieldEvery, runtime.GOMAXPROCS(0))
 	}
 }

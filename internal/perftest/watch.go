@@ -26,6 +26,7 @@ type watch struct {
 	ctx        context.Context
 	k          *ctrl
 	stall      time.Duration
+	schedEvery uint32 // Gosched every; a multiple of it: yield, check
 	yieldEvery uint32
 	idle       uint32
 	// last is the loop's progress counter at the last check, at time since.
@@ -42,22 +43,31 @@ type watch struct {
 // and the peer process, when spinners outnumber cores. With shm the peer
 // copies by itself and a yield only delays noticing its answer (under
 // load, one costs microseconds), so it comes late.
+//
+// On ibverbs nothing of this host needs the spinner's CPU (the kernel or
+// the adapter moves the data, in the poster's system call on Soft-RoCE),
+// and with GOMAXPROCS 2 (procs.go) each Gosched wakes a thread to take
+// the idle P: on one CPU that is a context switch for every few hundred
+// polls, a cost that grows with the wait. There the spinner lets others
+// run only every spinCgo polls, which bounds how late it sees the peer
+// hang up or the context end.
 const (
 	gosEvery    = 256
 	checkEvery  = 4096
 	yieldShm    = 16384
 	yieldOthers = 256
+	spinCgo     = 16384
 )
 
 func newWatch(ctx context.Context, k *ctrl) *watch {
-	return &watch{ctx: ctx, k: k, stall: stallTimeout, yieldEvery: yieldOthers, since: time.Now()}
+	return &watch{ctx: ctx, k: k, stall: stallTimeout, schedEvery: gosEvery, yieldEvery: yieldOthers, since: time.Now()}
 }
 
 // wait is called on each empty poll with the loop's progress counter (any
 // number that grows while the loop progresses).
 func (w *watch) wait(progress uint64) error {
 	w.idle++
-	if w.idle%gosEvery != 0 {
+	if w.idle%w.schedEvery != 0 {
 		return nil
 	}
 	runtime.Gosched()
@@ -97,10 +107,15 @@ func (w *watch) check(progress uint64) error {
 // exchange before it do not count).
 func (w *watch) start() { w.last, w.since = 0, time.Now() }
 
-// tune adapts the spinning to the device's transport.
+// tune adapts the spinning to the device's transport (and the Go
+// scheduler to a cgo transport: procs.go).
 func (w *watch) tune(dev verbs.DeviceInfo) {
-	w.yieldEvery = yieldOthers
-	if dev.Transport == "shm" {
+	tuneProcs(dev)
+	w.schedEvery, w.yieldEvery = gosEvery, yieldOthers
+	switch dev.Transport {
+	case "shm":
 		w.yieldEvery = yieldShm
+	case "ibverbs":
+		w.schedEvery, w.yieldEvery = spinCgo, spinCgo
 	}
 }

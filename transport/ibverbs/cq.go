@@ -29,13 +29,16 @@ type cq struct {
 	synth  []verbs.WorkCompletion
 	nsynth atomic.Int32
 
-	// mu guards armed, ch, overflowed, closed, synth.
-	mu         sync.Mutex
-	armed      bool
-	ch         chan struct{}
-	overflowed bool
-	closed     bool
-	done       chan struct{}
+	// overflowed is set (under mu) when the device reports the CQ
+	// overrun; an empty Poll reads it without the lock.
+	overflowed atomic.Bool
+
+	// mu guards armed, ch, closed, synth.
+	mu     sync.Mutex
+	armed  bool
+	ch     chan struct{}
+	closed bool
+	done   chan struct{}
 }
 
 func (d *ctxDriver) CreateCQ(cqe int) (vdriver.CQ, error) {
@@ -86,13 +89,8 @@ func (q *cq) Poll(wcs []verbs.WorkCompletion) (int, error) {
 		q.mu.Unlock()
 		n += k
 	}
-	if n == 0 {
-		q.mu.Lock()
-		o := q.overflowed
-		q.mu.Unlock()
-		if o {
-			return 0, verbs.ErrCQOverflow
-		}
+	if n == 0 && q.overflowed.Load() {
+		return 0, verbs.ErrCQOverflow
 	}
 	return n, nil
 }
@@ -118,7 +116,7 @@ func (q *cq) wait(ctx context.Context) error {
 		q.mu.Unlock()
 		return verbs.ErrClosed
 	}
-	if q.overflowed {
+	if q.overflowed.Load() {
 		q.mu.Unlock()
 		return nil // Poll reports it
 	}
@@ -166,7 +164,7 @@ func (q *cq) addSynth(wc verbs.WorkCompletion) {
 
 func (q *cq) overflow() {
 	q.mu.Lock()
-	q.overflowed = true
+	q.overflowed.Store(true)
 	q.armed = false
 	close(q.ch)
 	q.ch = make(chan struct{})

@@ -66,6 +66,7 @@ type qp struct {
 	pd        *pdT
 	quirks    quirk // the device's driver defects worked around (quirks.go)
 	fix       fixups
+	lkc       lkeyCache // guarded by smu
 	signalAll bool
 	// slotWR maps a send queue slot of the chain being posted to the
 	// index of its work request (a split Read takes two slots); slotSplit
@@ -478,7 +479,10 @@ func (q *qp) PostSend(wrs []verbs.SendWR) error {
 		slots, used, splits := q.sq.maxWR(), 0, 0
 		watch, watchID := -1, uint64(0)
 		var verr error
-		if q.quirks != 0 {
+		// q.fix.mu: siw's splits take it in the loop; rxe's stall watch
+		// only when a work request will fail locally (rare).
+		locked := q.quirks&quirkShortReadPage != 0
+		if locked {
 			q.fix.mu.Lock()
 		}
 		for done < len(wrs) && used < slots {
@@ -521,6 +525,10 @@ func (q *qp) PostSend(wrs []verbs.SendWR) error {
 		if splits > 0 {
 			q.fixUpdateLocked()
 		}
+		if watch >= 0 && !locked {
+			q.fix.mu.Lock()
+			locked = true
+		}
 		armed := watch >= 0 && q.watchLocked(watchID)
 		var bad int
 		var e syscall.Errno
@@ -539,7 +547,7 @@ func (q *qp) PostSend(wrs []verbs.SendWR) error {
 			}
 			q.fixUpdateLocked()
 		}
-		if q.quirks != 0 {
+		if locked {
 			q.fix.mu.Unlock()
 		}
 		if e != 0 {

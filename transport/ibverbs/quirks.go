@@ -314,17 +314,32 @@ func (q *qp) failsLocally(wr *verbs.SendWR) bool {
 	if wr.Flags&verbs.SendInline != 0 {
 		return false
 	}
-	m := *q.d.lkeys.Load()
+	mp := q.d.lkeys.Load()
 	for _, sg := range wr.SGL {
 		if sg.Length == 0 {
 			continue
 		}
-		r, ok := m[sg.LKey]
+		r, ok := q.lkc.r, q.lkc.m == mp && q.lkc.key == sg.LKey
+		if !ok {
+			if r, ok = (*mp)[sg.LKey]; ok {
+				q.lkc = lkeyCache{m: mp, key: sg.LKey, r: r}
+			}
+		}
 		if !ok || r.pd != q.pd || sg.Addr < r.addr || sg.Addr+uint64(sg.Length) > r.addr+r.n {
 			return true
 		}
 	}
 	return false
+}
+
+// lkeyCache is a QP's last lkey found in the context's table: a post that
+// uses the same region as the one before skips the map lookup. The table
+// is copied on every change, so a cache of an older table (m) is stale.
+// Guarded by the QP's smu.
+type lkeyCache struct {
+	m   *map[uint32]lkeyRange
+	key uint32
+	r   lkeyRange
 }
 
 // watchLocked starts watching a work request rxe will fail, before it is

@@ -234,6 +234,10 @@ func TestFailsLocally(t *testing.T) {
 			t.Errorf("%+v flags %d: fails %v, want %v", tc.sge, tc.flags, got, tc.want)
 		}
 	}
+	// The last lkey looked up is cached; a change to the table retires it.
+	if q.failsLocally(&verbs.SendWR{SGL: []verbs.SGE{{Addr: 0x1000, Length: 8, LKey: 10}}}) {
+		t.Fatal("a registered lkey fails")
+	}
 	d.dropLKey(10)
 	if !q.failsLocally(&verbs.SendWR{SGL: []verbs.SGE{{Addr: 0x1000, Length: 8, LKey: 10}}}) {
 		t.Error("a deregistered lkey passes")
