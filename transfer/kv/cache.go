@@ -1,0 +1,194 @@
+package kv
+
+// Gets without the master. A client keeps, per key it read or wrote, the
+// value's version, size and locations (locCache); the next Get of the key
+// reads the value one-sided from there, then reads the 8-byte version
+// header stored valHdr bytes before it (slot layout: master.go), and
+// keeps the value only if the header still holds the version it expects.
+// Otherwise (the value was replaced, removed, or its space reused; the
+// holder left) it forgets the location and asks the master, which leases
+// the value for the read as before.
+//
+// Why a matching header means a whole value: a version is written to a
+// slot only by the put that owns it, and every put first sets the
+// headers of its slots to 0 and waits for that write to complete before
+// it writes any byte of the value (writeSlots). The reader's header read
+// starts after its value read completed; if it still finds the version,
+// no put had begun to clear that slot when the header was read, so none
+// had written into it while the value was read. A commit or remove
+// clears the headers of the version it retires before it returns
+// (clearHeaders), so a Get that starts after a Put or Remove returned
+// does not find the old version there: reads stay as fresh as through the
+// master. A value evicted for room but not yet overwritten may still be
+// read this way by a client that kept its location: it is a value a Put
+// committed, whole.
+//
+// The cache is a map under a mutex, bounded by maxCached keys (one is
+// dropped for each added beyond). Methods run on the caller's goroutine.
+
+import (
+	"context"
+	"encoding/binary"
+	"sync"
+
+	"github.com/rdmakit/rdmakit/internal/frame"
+	"github.com/rdmakit/rdmakit/transfer"
+)
+
+// maxCached bounds the locations a client keeps.
+const maxCached = 1 << 16
+
+// maxTouches is the most keys read without the master that one request
+// reports (service.go); a client keeps at most 4 times that to report.
+const maxTouches = 256
+
+// cachedLoc is what a client knows of one key's value.
+type cachedLoc struct {
+	ver  uint64
+	size int
+	locs []Location
+}
+
+type locCache struct {
+	mu sync.Mutex
+	m  map[string]cachedLoc
+}
+
+func (c *locCache) get(key []byte) (cachedLoc, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	v, ok := c.m[string(key)]
+	return v, ok
+}
+
+// put keeps a location (a value with no bytes has no header: not kept).
+func (c *locCache) put(key []byte, v cachedLoc) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if v.size == 0 || len(v.locs) == 0 || v.ver == 0 {
+		delete(c.m, string(key))
+		return
+	}
+	if c.m == nil {
+		c.m = map[string]cachedLoc{}
+	}
+	if _, ok := c.m[string(key)]; !ok && len(c.m) >= maxCached {
+		for k := range c.m {
+			delete(c.m, k)
+			break
+		}
+	}
+	c.m[string(key)] = v
+}
+
+func (c *locCache) drop(key []byte) {
+	c.mu.Lock()
+	delete(c.m, string(key))
+	c.mu.Unlock()
+}
+
+// headerOf returns the request range of the version header of the value
+// at l (false for an offset no slot has).
+func headerOf(l Location) (transfer.Request, bool) {
+	if l.Offset < valHdr {
+		return transfer.Request{}, false
+	}
+	return transfer.Request{Segment: l.Segment, Offset: l.Offset - valHdr, Length: 8}, true
+}
+
+// decodeRetired reads a retired version (service.go), adding its
+// locations and lease to locs and leases.
+func decodeRetired(d *frame.Decoder, locs []Location, leases []uint64) ([]Location, []uint64) {
+	d.Uint64()
+	if id := d.Uint64(); id != 0 {
+		leases = append(leases, id)
+	}
+	return append(locs, decodeLocs(d)...), leases
+}
+
+// clearHeaders sets the version headers of locs to 0 (best effort: a
+// holder gone has nothing left to read), returns when the writes are done,
+// and hands back the leases that kept the space from reuse meanwhile.
+func (s *Store) clearHeaders(ctx context.Context, locs []Location, leases []uint64) {
+	defer s.release(leases...)
+	if len(locs) == 0 {
+		return
+	}
+	zero, err := s.stage(8)
+	if err != nil {
+		return
+	}
+	defer s.unstage(zero)
+	clear(zero.Bytes()[:8])
+	var reqs []transfer.Request
+	var owner []int
+	for _, l := range locs {
+		if r, ok := headerOf(l); ok {
+			r.Op, r.Local = transfer.Write, zero
+			reqs = append(reqs, r)
+			owner = append(owner, 0)
+		}
+	}
+	s.move(ctx, reqs, owner, make([]error, 1))
+}
+
+// getCached reads the pending keys whose locations this client keeps,
+// as the file header says; those read and validated are done (pending
+// false), the others are left pending (their locations forgotten).
+func (s *Store) getCached(ctx context.Context, keys [][]byte, dsts []Buf, pending []bool, sizes []int) {
+	var reqs []transfer.Request
+	var owner []int
+	var cl []cachedLoc
+	for i, k := range keys {
+		if !pending[i] {
+			continue
+		}
+		c, ok := s.cache.get(k)
+		if !ok || c.size > dsts[i].Len {
+			continue
+		}
+		if _, ok := headerOf(c.locs[0]); !ok {
+			s.cache.drop(k)
+			continue
+		}
+		reqs = append(reqs, transfer.Request{Op: transfer.Read, Local: dsts[i].MR, LocalOffset: dsts[i].Offset,
+			Segment: c.locs[0].Segment, Offset: c.locs[0].Offset, Length: c.size})
+		owner = append(owner, i)
+		cl = append(cl, c)
+	}
+	if len(reqs) == 0 {
+		return
+	}
+	errs := make([]error, len(keys))
+	failed := s.move(ctx, reqs, owner, errs)
+	hdr, err := s.stage(8 * len(reqs))
+	if err != nil {
+		return
+	}
+	defer s.unstage(hdr)
+	// The headers, read only after the values' reads completed.
+	var hreqs []transfer.Request
+	var howner []int
+	var hcl []cachedLoc
+	for j, i := range owner {
+		if failed[i] != nil {
+			s.cache.drop(keys[i])
+			continue
+		}
+		r, _ := headerOf(cl[j].locs[0])
+		r.Op, r.Local, r.LocalOffset = transfer.Read, hdr, 8*len(hreqs)
+		hreqs = append(hreqs, r)
+		howner = append(howner, i)
+		hcl = append(hcl, cl[j])
+	}
+	failed = s.move(ctx, hreqs, howner, errs)
+	b := hdr.Bytes()
+	for j, i := range howner {
+		if failed[i] != nil || binary.LittleEndian.Uint64(b[8*j:]) != hcl[j].ver {
+			s.cache.drop(keys[i])
+			continue
+		}
+		sizes[i], pending[i] = hcl[j].size, false
+		s.touch(keys[i])
+	}
+}
