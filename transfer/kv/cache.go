@@ -29,6 +29,8 @@ package kv
 import (
 	"context"
 	"encoding/binary"
+	"errors"
+	"slices"
 	"sync"
 
 	"github.com/rdmakit/rdmakit/internal/frame"
@@ -136,8 +138,7 @@ func (s *Store) clearHeaders(ctx context.Context, locs []Location, leases []uint
 // as the file header says; those read and validated are done (pending
 // false), the others are left pending (their locations forgotten).
 func (s *Store) getCached(ctx context.Context, keys [][]byte, dsts []Buf, pending []bool, sizes []int) {
-	var reqs []transfer.Request
-	var owner []int
+	var idx []int
 	var cl []cachedLoc
 	for i, k := range keys {
 		if !pending[i] {
@@ -151,44 +152,64 @@ func (s *Store) getCached(ctx context.Context, keys [][]byte, dsts []Buf, pendin
 			s.cache.drop(k)
 			continue
 		}
-		reqs = append(reqs, transfer.Request{Op: transfer.Read, Local: dsts[i].MR, LocalOffset: dsts[i].Offset,
-			Segment: c.locs[0].Segment, Offset: c.locs[0].Offset, Length: c.size})
-		owner = append(owner, i)
+		idx = append(idx, i)
 		cl = append(cl, c)
 	}
-	if len(reqs) == 0 {
+	if len(idx) == 0 {
 		return
 	}
-	errs := make([]error, len(keys))
-	failed := s.move(ctx, reqs, owner, errs)
-	hdr, err := s.stage(8 * len(reqs))
+	hdr, err := s.stage(8 * len(idx))
 	if err != nil {
 		return
 	}
 	defer s.unstage(hdr)
-	// The headers, read only after the values' reads completed.
-	var hreqs []transfer.Request
-	var howner []int
-	var hcl []cachedLoc
-	for j, i := range owner {
-		if failed[i] != nil {
-			s.cache.drop(keys[i])
-			continue
-		}
-		r, _ := headerOf(cl[j].locs[0])
-		r.Op, r.Local, r.LocalOffset = transfer.Read, hdr, 8*len(hreqs)
-		hreqs = append(hreqs, r)
-		howner = append(howner, i)
-		hcl = append(hcl, cl[j])
+	// Each value and then its header in one batch, the header read
+	// fenced after the value's (transfer.Request.After); where the engine
+	// cannot order them so (a value over one slice), the headers in a
+	// second batch.
+	var reqs []transfer.Request
+	var owner []int
+	for j, i := range idx {
+		c := cl[j]
+		h, _ := headerOf(c.locs[0])
+		h.Op, h.Local, h.LocalOffset, h.After = transfer.Read, hdr, 8*j, true
+		reqs = append(reqs, transfer.Request{Op: transfer.Read, Local: dsts[i].MR, LocalOffset: dsts[i].Offset,
+			Segment: c.locs[0].Segment, Offset: c.locs[0].Offset, Length: c.size}, h)
+		owner = append(owner, i, i)
 	}
-	failed = s.move(ctx, hreqs, howner, errs)
+	errs := make([]error, len(keys))
+	failed := s.move(ctx, reqs, owner, errs)
+	if slices.ContainsFunc(failed, func(err error) bool { return errors.Is(err, transfer.ErrAfter) }) {
+		var data, hdrs []transfer.Request
+		var down, hown []int
+		for k := 0; k < len(reqs); k += 2 {
+			r := reqs[k+1]
+			r.After = false
+			data, hdrs = append(data, reqs[k]), append(hdrs, r)
+			down, hown = append(down, owner[k]), append(hown, owner[k])
+		}
+		failed = s.move(ctx, data, down, errs)
+		k := 0
+		for j := range hdrs {
+			if failed[hown[j]] == nil {
+				hdrs[k], hown[k] = hdrs[j], hown[j]
+				k++
+			}
+		}
+		// The headers, read only after the values' reads completed.
+		for i, f := range s.move(ctx, hdrs[:k], hown[:k], errs) {
+			if f != nil && failed[i] == nil {
+				failed[i] = f
+			}
+		}
+	}
 	b := hdr.Bytes()
-	for j, i := range howner {
-		if failed[i] != nil || binary.LittleEndian.Uint64(b[8*j:]) != hcl[j].ver {
+	for j, i := range idx {
+		if failed[i] != nil || binary.LittleEndian.Uint64(b[8*j:]) != cl[j].ver {
 			s.cache.drop(keys[i])
 			continue
 		}
-		sizes[i], pending[i] = hcl[j].size, false
+		sizes[i], pending[i] = cl[j].size, false
 		s.touch(keys[i])
 	}
 }
