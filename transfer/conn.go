@@ -477,3 +477,18 @@ func isBusy(err error) bool {
 	var re *cm.RejectError
 	return errors.As(err, &re) && re.Code == cm.RejectBusy
 }
+
+// Transport returns the transport ("shm", "tcp", "ibverbs", ...) of the
+// device this node reaches segment name over first (the one a request of
+// one slice goes over), connecting to its node if it is not yet.
+func (n *Node) Transport(ctx context.Context, name string) (string, error) {
+	d, err := n.lookup(ctx, name, false)
+	if err != nil {
+		return "", err
+	}
+	rails, err := n.railsFor(ctx, d)
+	if err != nil {
+		return "", err
+	}
+	return rails[0].dev.ctx.Info().Transport, nil
+}

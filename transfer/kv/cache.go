@@ -23,6 +23,11 @@ package kv
 // read this way by a client that kept its location: it is a value a Put
 // committed, whole.
 //
+// Over tcp0 a fenced header Read costs a round trip through the
+// transport's goroutines, more than the master's RPC: a client keeps
+// locations only in segments it reaches over another transport (shm0, an
+// RDMA NIC), where that Read costs a few microseconds (fenceCheap).
+//
 // The cache is a map under a mutex, bounded by maxCached keys (one is
 // dropped for each added beyond). Methods run on the caller's goroutine.
 
@@ -52,8 +57,42 @@ type cachedLoc struct {
 }
 
 type locCache struct {
-	mu sync.Mutex
-	m  map[string]cachedLoc
+	mu      sync.Mutex
+	m       map[string]cachedLoc
+	noFence map[string]bool // segments over tcp0 (see above); absent: not known yet
+	fence   map[string]bool // segments over other transports
+}
+
+// keep reports whether locations in segment are worth keeping (the
+// transport it is reached over); the first call per segment asks the
+// transfer node.
+func (s *Store) keep(ctx context.Context, segment string) bool {
+	c := &s.cache
+	c.mu.Lock()
+	no, yes := c.noFence[segment], c.fence[segment]
+	c.mu.Unlock()
+	if no || yes {
+		return yes
+	}
+	tr, err := s.node.Transport(ctx, segment)
+	if err != nil {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.noFence == nil {
+		c.noFence, c.fence = map[string]bool{}, map[string]bool{}
+	}
+	if len(c.fence)+len(c.noFence) > maxCached {
+		clear(c.fence)
+		clear(c.noFence)
+	}
+	if tr == "tcp" {
+		c.noFence[segment] = true
+		return false
+	}
+	c.fence[segment] = true
+	return true
 }
 
 func (c *locCache) get(key []byte) (cachedLoc, bool) {
@@ -67,7 +106,7 @@ func (c *locCache) get(key []byte) (cachedLoc, bool) {
 func (c *locCache) put(key []byte, v cachedLoc) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if v.size == 0 || len(v.locs) == 0 || v.ver == 0 {
+	if v.size == 0 || len(v.locs) == 0 || v.ver == 0 || c.noFence[v.locs[0].Segment] {
 		delete(c.m, string(key))
 		return
 	}
