@@ -147,17 +147,19 @@ func decodeRetired(d *frame.Decoder, locs []Location, leases []uint64) ([]Locati
 	return append(locs, decodeLocs(d)...), leases
 }
 
-// clearHeaders sets the version headers of locs to 0 (best effort: a
-// holder gone has nothing left to read), returns when the writes are done,
-// and hands back the leases that kept the space from reuse meanwhile.
+// clearHeaders sets the version headers of locs to 0, returns when the
+// writes are done, and then hands back the leases that kept the space from
+// reuse meanwhile (which tells the master the headers are clear). When a
+// write fails the leases are left to expire: the master then treats the
+// space as dirty (master.go).
 func (s *Store) clearHeaders(ctx context.Context, locs []Location, leases []uint64) {
-	defer s.release(leases...)
 	if len(locs) == 0 {
+		s.release(leases...)
 		return
 	}
 	zero, err := s.stage(8)
 	if err != nil {
-		return
+		return // (the leases expire)
 	}
 	defer s.unstage(zero)
 	clear(zero.Bytes()[:8])
@@ -170,7 +172,9 @@ func (s *Store) clearHeaders(ctx context.Context, locs []Location, leases []uint
 			owner = append(owner, 0)
 		}
 	}
-	s.move(ctx, reqs, owner, make([]error, 1))
+	if s.move(ctx, reqs, owner, make([]error, 1))[0] == nil {
+		s.release(leases...)
+	}
 }
 
 // getCached reads the pending keys whose locations this client keeps,

@@ -109,3 +109,47 @@ func TestPutTokens(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestDirtyHeld: a put placed over part of a freed slot that clients may
+// still trust holds the rest of that slot until it ends (no other put
+// writes there before its writer cleared the old header), clears the old
+// header first, and leaves the slot dirty again when it aborts.
+func TestDirtyHeld(t *testing.T) {
+	m := newMaster(time.Minute, time.Minute)
+	now := time.Now()
+	m.join(now, "h", "s1", "seg", 1<<20, 0)
+	d, _ := m.putStart(now, "d", 600<<10, 1)
+	m.putEnd(now, d.tok, true)
+	gone, _ := m.remove(now, "d")
+	m.endLease(gone.lease, true) // the remover never cleared: dirty
+	w, err := m.putStart(now, "w", 100<<10, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.reps[0].off != 0 || len(w.reps[0].clear) == 0 || w.reps[0].clear[0] != (extent{0, 8}) {
+		t.Fatalf("w placed at %d, clears %v", w.reps[0].off, w.reps[0].clear)
+	}
+	end := roundUp(slot(600 << 10))
+	y, err := m.putStart(now, "y", 1000, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if y.reps[0].off < end {
+		t.Fatalf("y placed at %d, inside the dirty slot (to %d) w is clearing", y.reps[0].off, end)
+	}
+	m.putEnd(now, w.tok, false) // aborted: its clears may not have landed
+	z, _ := m.putStart(now, "z", 1000, 1)
+	if z.reps[0].off != 0 || len(z.holds) == 0 || len(z.dirt) != 1 {
+		t.Fatalf("z at %d, holds %v: the old slot not dirty again", z.reps[0].off, z.holds)
+	}
+	// Cleared by its remover: not dirty.
+	m2 := newMaster(time.Minute, time.Minute)
+	m2.join(now, "h", "s1", "seg", 1<<20, 0)
+	d, _ = m2.putStart(now, "d", 600<<10, 1)
+	m2.putEnd(now, d.tok, true)
+	gone, _ = m2.remove(now, "d")
+	m2.releaseLocked(gone.lease)
+	if len(m2.holders["h"].alloc.dirty) != 0 {
+		t.Fatalf("a cleared slot dirty: %v", m2.holders["h"].alloc.dirty)
+	}
+}

@@ -29,6 +29,12 @@ type holder struct {
 	entries int // replicas placed on it
 }
 
+// span is a range of a holder's pool.
+type span struct {
+	h        *holder
+	off, len uint64
+}
+
 type replica struct {
 	h   *holder
 	off uint64 // the slot: the version header, then the value at off+valHdr
@@ -63,7 +69,13 @@ type entry struct {
 	dead    bool          // replaced or removed while leased: freed when the last lease goes
 	readers int           // read leases held
 	read    bool          // committed: clients may have its location (its slots go dirty when freed)
-	holds   []replica     // old headers outside its slots, held (allocated) until its writer cleared them
+	cleared bool          // retired, and the client that retired it cleared its headers
+	clearer uint64        // the lease of that client (0: none)
+	// Of a put in progress: the parts of the dirty slots its slots
+	// overlap that lie outside them, held (allocated) until it ends, and
+	// those dirty slots (dirty again if it does not commit).
+	holds []span
+	dirt  []span
 	lru     *list.Element // visible entries only
 	expires time.Time     // a put in progress is abandoned after this
 }
@@ -123,7 +135,7 @@ func (m *master) sweep(now time.Time) {
 	m.lastSweep = now
 	for id, l := range m.leases {
 		if now.After(l.expires) {
-			m.releaseLocked(id)
+			m.endLease(id, true)
 		}
 	}
 	for v, e := range m.pending {
@@ -226,57 +238,70 @@ func (m *master) free(e *entry) {
 	for _, r := range e.reps {
 		if m.holders[r.h.name] == r.h {
 			r.h.alloc.release(r.off, slot(e.size))
-			if e.read {
+			if e.read && !e.cleared {
 				r.h.alloc.markDirty(r.off, slot(e.size))
 			}
 			r.h.entries--
 		}
 	}
 	e.reps = nil
-	m.releaseHolds(e)
+	m.endHolds(e, !e.read)
 }
 
-// releaseHolds frees the old headers a put held while its writer cleared
-// them.
-func (m *master) releaseHolds(e *entry) {
-	for _, r := range e.holds {
-		if m.holders[r.h.name] == r.h {
-			r.h.alloc.release(r.off, valHdr)
+// endHolds frees what a put held while its writer cleared old headers;
+// dirty: those slots are dirty again (the put did not commit: its writer
+// may not have cleared them).
+func (m *master) endHolds(e *entry, dirty bool) {
+	for _, x := range e.holds {
+		if m.holders[x.h.name] == x.h {
+			x.h.alloc.release(x.off, x.len)
 		}
 	}
-	e.holds = nil
+	if dirty {
+		for _, x := range e.dirt {
+			if m.holders[x.h.name] == x.h {
+				x.h.alloc.markDirty(x.off, x.len)
+			}
+		}
+	}
+	e.holds, e.dirt = nil, nil
 }
 
 // place allocates a slot for a value of size bytes on h and works out
-// which headers its writer clears first: its own, and those of dirty
-// slots it overlaps (one of them may start before it: that header is
-// held for the put, so that no other put writes there meanwhile).
+// which headers its writer clears first: its own, and those of the dirty
+// slots it overlaps. Until the put ends, no other put may write anywhere
+// in those slots (a reader that trusts one of their headers would see
+// its bytes change): their parts outside this slot are held for it.
 func (m *master) place(e *entry, h *holder, size uint64) bool {
 	n := slot(size)
 	off, ok := h.alloc.alloc(n)
 	if !ok {
 		return false
 	}
+	n = roundUp(n)
 	r := replica{h: h, off: off, clear: []extent{{off, 8}}}
+	var outside []extent
 	for _, d := range h.alloc.takeDirty(off, n) {
+		e.dirt = append(e.dirt, span{h, d.off, d.len})
+		// Dirty slots lie in free space: the parts outside this slot
+		// are free.
+		if d.off < off && h.alloc.reserve(d.off, off-d.off) {
+			e.holds = append(e.holds, span{h, d.off, off - d.off})
+		}
+		if end := d.off + d.len; end > off+n && h.alloc.reserve(off+n, end-off-n) {
+			e.holds = append(e.holds, span{h, off + n, end - off - n})
+		}
 		switch {
-		case d.off == off:
+		case d.off < off:
+			outside = append(outside, extent{d.off, 8})
 		case d.off > off:
-			r.clear = append(r.clear, extent{d.off, 8})
-		case h.alloc.reserve(d.off, valHdr):
-			// Free, before this slot (dirty slots lie in free space).
-			e.holds = append(e.holds, replica{h: h, off: d.off})
 			r.clear = append(r.clear, extent{d.off, 8})
 		}
 	}
 	if len(r.clear) > maxClears {
-		r.clear = append(r.clear[:0], extent{off, roundUp(n)})
-		for _, hd := range e.holds {
-			if hd.h == h {
-				r.clear = append(r.clear, extent{hd.off, 8})
-			}
-		}
+		r.clear = append(r.clear[:0], extent{off, n})
 	}
+	r.clear = append(r.clear, outside...)
 	e.reps = append(e.reps, r)
 	return true
 }
@@ -411,6 +436,7 @@ func (m *master) retireLeased(now time.Time, e *entry) *retired {
 	r := &retired{ver: e.ver, locs: e.locations()}
 	if len(e.reps) > 0 && len(m.leases) < maxLeases {
 		r.lease = m.lease(now, e)
+		e.clearer = r.lease
 	} else {
 		r.locs = nil
 	}
@@ -440,7 +466,7 @@ func (m *master) putEnd(now time.Time, tok uint64, commit bool) (*retired, error
 		m.free(e)
 		return nil, nil
 	}
-	m.releaseHolds(e)
+	m.endHolds(e, false)
 	for i := range e.reps {
 		e.reps[i].clear = nil
 	}
@@ -480,13 +506,19 @@ func (m *master) lease(now time.Time, e *entry) uint64 {
 	return id
 }
 
-func (m *master) releaseLocked(id uint64) {
+func (m *master) releaseLocked(id uint64) { m.endLease(id, false) }
+
+// endLease ends a lease: handed back, or expired.
+func (m *master) endLease(id uint64, expired bool) {
 	l, ok := m.leases[id]
 	if !ok {
 		return
 	}
 	delete(m.leases, id)
 	e := l.e
+	if id == e.clearer && !expired {
+		e.cleared = true // its headers are 0: not dirty when freed
+	}
 	e.readers--
 	if e.dead && e.readers == 0 {
 		m.free(e)
