@@ -248,7 +248,7 @@ func (m *master) takeOver(now time.Time, kvs []*kvRow, rev int64, holderTTL time
 			m.unlink(old)
 			m.free(old)
 		}
-		e.visible = true
+		e.visible, e.read = true, true
 		e.lru = m.lru.PushBack(e)
 		m.entries[e.key] = e
 	}
