@@ -10,15 +10,19 @@ package kv
 // the value for the read as before.
 //
 // Why a matching header means a whole value: a version is written to a
-// slot only by the put that owns it, and every put first sets the
-// headers of its slots to 0 and waits for that write to complete before
-// it writes any byte of the value (writeSlots). The reader's header read
+// slot only by the put that owns it. A slot freed after clients could
+// read it has its header set to 0 before any byte of it is written
+// again: by the client that retired it (a commit or remove hands it the
+// old locations under a lease it lets go only once its writes are done:
+// clearHeaders), or else ("dirty" slots: evicted, or that client failed)
+// by the first put placed over any part of it, which writes the value only
+// once that clearing completed, while the master holds the rest of the
+// old slot for it (writeSlots; master.place). The reader's header read
 // starts after its value read completed; if it still finds the version,
-// no put had begun to clear that slot when the header was read, so none
-// had written into it while the value was read. A commit or remove
-// clears the headers of the version it retires before it returns
-// (clearHeaders), so a Get that starts after a Put or Remove returned
-// does not find the old version there: reads stay as fresh as through the
+// no clearing had happened when the header was read, so no byte of the
+// slot had been written again while the value was read. As the retiring
+// client clears before Put or Remove returns, a Get that starts after
+// that does not find the old version: reads stay as fresh as through the
 // master. A value evicted for room but not yet overwritten may still be
 // read this way by a client that kept its location: it is a value a Put
 // committed, whole.
@@ -26,7 +30,7 @@ package kv
 // Over tcp0 a fenced header Read costs a round trip through the
 // transport's goroutines, more than the master's RPC: a client keeps
 // locations only in segments it reaches over another transport (shm0, an
-// RDMA NIC), where that Read costs a few microseconds (fenceCheap).
+// RDMA NIC), where that Read costs a few microseconds (Store.keep).
 //
 // The cache is a map under a mutex, bounded by maxCached keys (one is
 // dropped for each added beyond). Methods run on the caller's goroutine.

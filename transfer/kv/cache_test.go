@@ -126,7 +126,7 @@ func TestDirtyHeld(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if w.reps[0].off != 0 || len(w.reps[0].clear) == 0 || w.reps[0].clear[0] != (extent{0, 8}) {
+	if w.reps[0].off != 0 || len(w.reps[0].clear) != 1 || w.reps[0].clear[0] != (extent{0, 8}) {
 		t.Fatalf("w placed at %d, clears %v", w.reps[0].off, w.reps[0].clear)
 	}
 	end := roundUp(slot(600 << 10))
@@ -151,5 +151,8 @@ func TestDirtyHeld(t *testing.T) {
 	m2.releaseLocked(gone.lease)
 	if len(m2.holders["h"].alloc.dirty) != 0 {
 		t.Fatalf("a cleared slot dirty: %v", m2.holders["h"].alloc.dirty)
+	}
+	if e, _ := m2.putStart(now, "e", 1000, 1); len(e.reps[0].clear) != 0 || len(e.holds) != 0 {
+		t.Fatalf("a put over clean space has clears %v, holds %v", e.reps[0].clear, e.holds)
 	}
 }

@@ -39,7 +39,8 @@ type replica struct {
 	h   *holder
 	off uint64 // the slot: the version header, then the value at off+valHdr
 	// Of a put in progress: the headers its writer must set to 0 before
-	// it writes the value (cache.go): ranges {off, len}.
+	// it writes the value (cache.go): ranges {off, len}; none unless it
+	// overlaps dirty slots.
 	clear []extent
 }
 
@@ -279,7 +280,10 @@ func (m *master) place(e *entry, h *holder, size uint64) bool {
 		return false
 	}
 	n = roundUp(n)
-	r := replica{h: h, off: off, clear: []extent{{off, 8}}}
+	// Its own header needs no clearing: a reader trusts a header only at
+	// the start of a slot it read, and such a slot, freed, is dirty (then
+	// cleared here) or was cleared by the client that retired it.
+	r := replica{h: h, off: off}
 	var outside []extent
 	for _, d := range h.alloc.takeDirty(off, n) {
 		e.dirt = append(e.dirt, span{h, d.off, d.len})
@@ -291,10 +295,9 @@ func (m *master) place(e *entry, h *holder, size uint64) bool {
 		if end := d.off + d.len; end > off+n && h.alloc.reserve(off+n, end-off-n) {
 			e.holds = append(e.holds, span{h, off + n, end - off - n})
 		}
-		switch {
-		case d.off < off:
+		if d.off < off {
 			outside = append(outside, extent{d.off, 8})
-		case d.off > off:
+		} else {
 			r.clear = append(r.clear, extent{d.off, 8})
 		}
 	}

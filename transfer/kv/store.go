@@ -668,9 +668,9 @@ func (s *Store) PutMRBatch(ctx context.Context, keys [][]byte, values []Buf) err
 
 // writeSlots writes each value and its version header into the slots the
 // master placed it in: first the ranges the master named set to 0 (the
-// slot's header and those of older slots it overlaps), and only once that
-// is done the values and the versions (cache.go says why). It returns per
-// key the first failure.
+// headers of dirty slots it overlaps, if any), and only once that is done
+// the values and the versions (cache.go says why). It returns per key the
+// first failure.
 func (s *Store) writeSlots(ctx context.Context, keys [][]byte, values []Buf, vers []uint64, locs [][]Location, clears [][][]extent, errs []error) []error {
 	fail := func(err error) []error {
 		failed := make([]error, len(keys))
