@@ -219,7 +219,7 @@ func (s *Store) getCached(ctx context.Context, keys [][]byte, dsts []Buf, pendin
 	for j, i := range idx {
 		c := cl[j]
 		h, _ := headerOf(c.locs[0])
-		h.Op, h.Local, h.LocalOffset, h.After = transfer.Read, hdr, 8*j, true
+		h.Op, h.Local, h.LocalOffset, h.After = transfer.Read, hdr, 8*j, c.size <= s.oneSlice()
 		reqs = append(reqs, transfer.Request{Op: transfer.Read, Local: dsts[i].MR, LocalOffset: dsts[i].Offset,
 			Segment: c.locs[0].Segment, Offset: c.locs[0].Offset, Length: c.size}, h)
 		owner = append(owner, i, i)

@@ -66,17 +66,21 @@ type entry struct {
 	tok     uint64 // random: names the put in progress to its commit or abort
 	size    uint64
 	reps    []replica
-	visible bool          // committed and current
-	dead    bool          // replaced or removed while leased: freed when the last lease goes
-	readers int           // read leases held
-	read    bool          // committed: clients may have its location (its slots go dirty when freed)
-	cleared bool          // retired, and the client that retired it cleared its headers
-	clearer uint64        // the lease of that client (0: none)
+	visible bool   // committed and current
+	dead    bool   // replaced or removed while leased: freed when the last lease goes
+	readers int    // read leases held
+	read    bool   // committed: clients may have its location (its slots go dirty when freed)
+	cleared bool   // retired, and the client that retired it cleared its headers
+	clearer uint64 // the lease of that client (0: none)
 	// Of a put in progress: the parts of the dirty slots its slots
 	// overlap that lie outside them, held (allocated) until it ends, and
 	// those dirty slots (dirty again if it does not commit).
 	holds []span
 	dirt  []span
+	// Of a put in progress: the key's version when it started, leased to
+	// its writer, who clears its headers with the value's writes (so that
+	// a commit that retires it needs no more writes).
+	prev    *retired
 	lru     *list.Element // visible entries only
 	expires time.Time     // a put in progress is abandoned after this
 }
@@ -409,6 +413,9 @@ func (m *master) putStart(now time.Time, key string, size uint64, replicas int) 
 			return nil, fmt.Errorf("%w: no room for %d bytes (values being read or written hold the rest)", ErrFull, size)
 		}
 	}
+	if cur := m.entries[key]; cur != nil && len(cur.reps) > 0 && len(m.leases) < maxLeases {
+		e.prev = &retired{ver: cur.ver, locs: cur.locations(), lease: m.lease(now, cur)}
+	}
 	m.pending[e.tok] = e
 	m.journalPending(e, true)
 	return e, nil
@@ -476,7 +483,13 @@ func (m *master) putEnd(now time.Time, tok uint64, commit bool) (*retired, error
 	e.read = true
 	var gone *retired
 	if old := m.entries[e.key]; old != nil {
-		gone = m.retireLeased(now, old)
+		if e.prev != nil && old.ver == e.prev.ver {
+			// Its writer cleared its headers before it committed.
+			old.cleared = true
+			m.retire(old)
+		} else {
+			gone = m.retireLeased(now, old)
+		}
 	}
 	e.visible = true
 	e.lru = m.lru.PushBack(e)

@@ -18,13 +18,16 @@ package kv
 // operations answer per key {code u8, message str16 if code != 0, fields}:
 // Put {key bytes16, size u64} → {version u64, token u64, locations, per
 // location {n u16, (offset u64, length u64)...}: the ranges of its segment
-// the writer sets to 0 before it writes the value}; PutEnd
-// {commit u8, token u64} → {replaced u8, its version u64 and locations if
-// 1}; Get {key} → {size u64, lease u64, version u64, locations}; Remove
-// {key} → {version u64, locations}. Locations: {n u8, (segment str8,
-// offset u64)...}, the offset of the value (its version header is valHdr
-// bytes before). A put's token is random: only the client that started the
-// put can commit or abort it.
+// the writer sets to 0 before it writes the value, current u8, retired if
+// 1: the key's version now, whose headers the writer sets to 0 with the
+// value}; PutEnd {commit u8, token u64} → {replaced u8, retired if 1: a
+// version other than the one the put started with, to clear}; Get {key}
+// → {size u64, lease u64, version u64, locations}; Remove {key} →
+// {retired}. Retired: {version u64, lease u64, locations}, leased to the
+// client, which sets its headers to 0 and then releases the lease.
+// Locations: {n u8, (segment str8, offset u64)...}, the offset of the
+// value (its version header is valHdr bytes before). A put's token is
+// random: only the client that started the put can commit or abort it.
 
 import (
 	"context"
@@ -311,6 +314,7 @@ func (s *service) serve(m *master, now time.Time, op byte, d *frame.Decoder) []b
 						b = frame.AppendUint64(frame.AppendUint64(b, c.off), c.len)
 					}
 				}
+				b = appendReplaced(b, e.prev)
 			}
 		}
 		if d.Finish() != nil {

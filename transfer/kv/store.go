@@ -594,6 +594,8 @@ func (s *Store) PutMRBatch(ctx context.Context, keys [][]byte, values []Buf) err
 	toks := make([]uint64, len(keys))
 	locs := make([][]Location, len(keys))
 	clears := make([][][]extent, len(keys))
+	prev := make([][]Location, len(keys)) // the current versions' (see writeSlots)
+	var prevLeases []uint64
 	for i := range keys {
 		s.cache.drop(keys[i])
 		if errs[i] = decodeErr(d); errs[i] != nil {
@@ -602,6 +604,9 @@ func (s *Store) PutMRBatch(ctx context.Context, keys [][]byte, values []Buf) err
 		vers[i], toks[i] = d.Uint64(), d.Uint64()
 		locs[i] = decodeLocs(d)
 		clears[i] = decodeClears(d, len(locs[i]))
+		if d.Uint8() == 1 {
+			prev[i], prevLeases = decodeRetired(d, nil, prevLeases)
+		}
 	}
 	if d.Finish() != nil {
 		return fmt.Errorf("%w: malformed answer", rpc.ErrProtocol)
@@ -609,7 +614,9 @@ func (s *Store) PutMRBatch(ctx context.Context, keys [][]byte, values []Buf) err
 	// Writes must land well before the master may take the space back.
 	wctx, cancel := context.WithDeadline(ctx, start.Add(s.putTTL/2))
 	defer cancel()
-	failed := s.writeSlots(wctx, keys, values, vers, locs, clears, errs)
+	failed := s.writeSlots(wctx, keys, values, vers, locs, clears, prev, errs)
+	// Done with the current versions (their releases go with the commit).
+	s.release(prevLeases...)
 	end := []byte{opPutEnd, 0, 0, 0, 0}
 	n := 0
 	for i := range keys {
@@ -666,12 +673,23 @@ func (s *Store) PutMRBatch(ctx context.Context, keys [][]byte, values []Buf) err
 	return keyErrors(keys, errs)
 }
 
+// oneSlice is a length every request of one slice fits in (what
+// transfer.Request.After needs): the engine's slice size, at least
+// transfer.DefaultSliceSize unless configured.
+func (s *Store) oneSlice() int {
+	if n := s.cfg.Transfer.SliceSize; n > 0 {
+		return n
+	}
+	return transfer.DefaultSliceSize
+}
+
 // writeSlots writes each value and its version header into the slots the
 // master placed it in: first the ranges the master named set to 0 (the
 // headers of dirty slots it overlaps, if any), and only once that is done
-// the values and the versions (cache.go says why). It returns per key the
-// first failure.
-func (s *Store) writeSlots(ctx context.Context, keys [][]byte, values []Buf, vers []uint64, locs [][]Location, clears [][][]extent, errs []error) []error {
+// the values and the versions (cache.go says why), and the headers of the
+// key's current version (prev) set to 0. It returns per key the first
+// failure.
+func (s *Store) writeSlots(ctx context.Context, keys [][]byte, values []Buf, vers []uint64, locs [][]Location, clears [][][]extent, prev [][]Location, errs []error) []error {
 	fail := func(err error) []error {
 		failed := make([]error, len(keys))
 		for i := range failed {
@@ -702,13 +720,15 @@ func (s *Store) writeSlots(ctx context.Context, keys [][]byte, values []Buf, ver
 	var clr, reqs []transfer.Request
 	var cown, owner []int
 	for i := range keys {
-		if errs[i] != nil || values[i].Len == 0 {
+		if errs[i] != nil {
 			continue
 		}
-		binary.LittleEndian.PutUint64(b[8*i:], vers[i])
+		if values[i].Len > 0 {
+			binary.LittleEndian.PutUint64(b[8*i:], vers[i])
+		}
 		for j, l := range locs[i] {
 			h, ok := headerOf(l)
-			if !ok || j >= len(clears[i]) {
+			if !ok || j >= len(clears[i]) || values[i].Len == 0 {
 				continue
 			}
 			for _, r := range clears[i][j] {
@@ -718,10 +738,22 @@ func (s *Store) writeSlots(ctx context.Context, keys [][]byte, values []Buf, ver
 					cown = append(cown, i)
 				}
 			}
-			h.Op, h.Local, h.LocalOffset = transfer.Write, hdr, 8*i
 			reqs = append(reqs, transfer.Request{Op: transfer.Write, Local: values[i].MR, LocalOffset: values[i].Offset,
-				Segment: l.Segment, Offset: l.Offset, Length: values[i].Len}, h)
+				Segment: l.Segment, Offset: l.Offset, Length: values[i].Len})
+			h.Op, h.Local, h.LocalOffset = transfer.Write, hdr, 8*i
+			reqs = append(reqs, h)
 			owner = append(owner, i, i)
+		}
+		// The current version's headers, with the writes: a client that
+		// kept its location asks the master from now on, which still
+		// answers that version until the commit (and then the commit
+		// has nothing left to clear).
+		for _, l := range prev[i] {
+			if h, ok := headerOf(l); ok {
+				h.Op, h.Local = transfer.Write, zero
+				reqs = append(reqs, h)
+				owner = append(owner, i)
+			}
 		}
 	}
 	failed := s.move(ctx, clr, cown, errs)
@@ -729,6 +761,10 @@ func (s *Store) writeSlots(ctx context.Context, keys [][]byte, values []Buf, ver
 	for j := range reqs {
 		if failed[owner[j]] == nil {
 			reqs[k], owner[k] = reqs[j], owner[j]
+			// The headers go on the QP of the write before them (fenced:
+			// for writes, no wait) where they can: one QP to complete
+			// instead of several.
+			reqs[k].After = k > 0 && reqs[k].Length == 8 && reqs[k-1].Segment == reqs[k].Segment && reqs[k-1].Length <= s.oneSlice()
 			k++
 		}
 	}
