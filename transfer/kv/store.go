@@ -7,7 +7,8 @@ package kv
 // Store runs a releaser that hands back read leases left over for 20 ms;
 // the master's service runs rpc's. Calls run on the caller's goroutine:
 // one request to the master, one transfer batch, and for a Put a second
-// request (commit).
+// request (commit); a Get of a key whose location the client keeps is
+// one transfer batch and no request (cache.go).
 
 import (
 	"context"
