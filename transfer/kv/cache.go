@@ -219,14 +219,18 @@ func (s *Store) getCached(ctx context.Context, keys [][]byte, dsts []Buf, pendin
 	for j, i := range idx {
 		c := cl[j]
 		h, _ := headerOf(c.locs[0])
-		h.Op, h.Local, h.LocalOffset, h.After = transfer.Read, hdr, 8*j, c.size <= s.oneSlice()
+		h.Op, h.Local, h.LocalOffset, h.After = transfer.Read, hdr, 8*j, true
 		reqs = append(reqs, transfer.Request{Op: transfer.Read, Local: dsts[i].MR, LocalOffset: dsts[i].Offset,
 			Segment: c.locs[0].Segment, Offset: c.locs[0].Offset, Length: c.size}, h)
 		owner = append(owner, i, i)
 	}
 	errs := make([]error, len(keys))
-	failed := s.move(ctx, reqs, owner, errs)
-	if slices.ContainsFunc(failed, func(err error) bool { return errors.Is(err, transfer.ErrAfter) }) {
+	var failed []error
+	fenced := !slices.ContainsFunc(cl, func(c cachedLoc) bool { return c.size > s.oneSlice() })
+	if fenced {
+		failed = s.move(ctx, reqs, owner, errs)
+	}
+	if !fenced || slices.ContainsFunc(failed, func(err error) bool { return errors.Is(err, transfer.ErrAfter) }) {
 		var data, hdrs []transfer.Request
 		var down, hown []int
 		for k := 0; k < len(reqs); k += 2 {

@@ -15,10 +15,27 @@ import (
 // such a read must not return the bytes now there (the header check; with
 // it removed this test fails).
 func TestCachedGetValidated(t *testing.T) {
+	// Default slices: the header Read fenced after the value's in one
+	// batch; 64 KiB slices: the values are over one slice, two batches.
+	for _, slice := range []int{0, 64 << 10} {
+		t.Run(fmt.Sprint("slice", slice), func(t *testing.T) { testCachedGetValidated(t, slice) })
+	}
+}
+
+func testCachedGetValidated(t *testing.T, slice int) {
 	ctx := context.Background()
-	ss := cluster(t, "shm0", 1, 1<<20, nil)
-	c1 := client(t, "shm0", ss[0].Addr())
-	c2 := client(t, "shm0", ss[0].Addr())
+	ss := cluster(t, "shm0", 1, 1<<20, func(c *Config) { c.Transfer.SliceSize = slice })
+	open := func() *Store {
+		tc := tcfg("shm0")
+		tc.SliceSize = slice
+		s, err := Open(ctx, Config{Addr: ss[0].Addr(), Transfer: tc})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	}
+	c1, c2 := open(), open()
 	a := value(1, 300<<10)
 	if err := c2.Put(ctx, []byte("a"), a); err != nil {
 		t.Fatal(err)
@@ -61,6 +78,7 @@ func TestCachedGetValidated(t *testing.T) {
 	if v, err := get("a"); err != nil || !bytes.Equal(v, a) {
 		t.Fatalf("get: %v", err)
 	}
+	c1.Exists(ctx, []byte("x")) // c1's request carries its touch of a now, not during the fills
 	for i := 0; i < 100; i++ {
 		if err := c2.Put(ctx, []byte(fmt.Sprint("fill", i)), value(uint64(10+i), 70<<10+i*64+8)); err != nil {
 			t.Fatal(err)
