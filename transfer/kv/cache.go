@@ -27,10 +27,12 @@ package kv
 // read this way by a client that kept its location: it is a value a Put
 // committed, whole.
 //
-// Over tcp0 a fenced header Read costs a round trip through the
-// transport's goroutines, more than the master's RPC: a client keeps
-// locations only in segments it reaches over another transport (shm0, an
-// RDMA NIC), where that Read costs a few microseconds (Store.keep).
+// Over tcp0 the header Read costs a round trip through the transport's
+// goroutines, more than the master's RPC: a client keeps locations only
+// in segments it reaches over another transport (shm0, an RDMA NIC),
+// where that Read costs a few microseconds (Store.keep). Over shm0 the
+// two Reads go in one batch, the header's fenced after the value's on the
+// same QP (transfer.Request.After); elsewhere in two batches.
 //
 // The cache is a map under a mutex, bounded by maxCached keys (one is
 // dropped for each added beyond). Methods run on the caller's goroutine.
@@ -61,42 +63,39 @@ type cachedLoc struct {
 }
 
 type locCache struct {
-	mu      sync.Mutex
-	m       map[string]cachedLoc
-	noFence map[string]bool // segments over tcp0 (see above); absent: not known yet
-	fence   map[string]bool // segments over other transports
+	mu  sync.Mutex
+	m   map[string]cachedLoc
+	via map[string]string // segment → the transport this node reaches it over (Store.transport)
 }
 
-// keep reports whether locations in segment are worth keeping (the
-// transport it is reached over); the first call per segment asks the
-// transfer node.
-func (s *Store) keep(ctx context.Context, segment string) bool {
+// transport returns the transport segment is reached over ("" if not
+// known); the first call per segment asks the transfer node.
+func (s *Store) transport(ctx context.Context, segment string) string {
 	c := &s.cache
 	c.mu.Lock()
-	no, yes := c.noFence[segment], c.fence[segment]
+	tr, ok := c.via[segment]
 	c.mu.Unlock()
-	if no || yes {
-		return yes
+	if ok {
+		return tr
 	}
 	tr, err := s.node.Transport(ctx, segment)
 	if err != nil {
-		return false
+		return ""
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.noFence == nil {
-		c.noFence, c.fence = map[string]bool{}, map[string]bool{}
+	if c.via == nil || len(c.via) > maxCached {
+		c.via = map[string]string{}
 	}
-	if len(c.fence)+len(c.noFence) > maxCached {
-		clear(c.fence)
-		clear(c.noFence)
-	}
-	if tr == "tcp" {
-		c.noFence[segment] = true
-		return false
-	}
-	c.fence[segment] = true
-	return true
+	c.via[segment] = tr
+	return tr
+}
+
+// keep reports whether locations in segment are worth keeping: not over
+// tcp0 (see above).
+func (s *Store) keep(ctx context.Context, segment string) bool {
+	tr := s.transport(ctx, segment)
+	return tr != "" && tr != "tcp"
 }
 
 func (c *locCache) get(key []byte) (cachedLoc, bool) {
@@ -110,7 +109,7 @@ func (c *locCache) get(key []byte) (cachedLoc, bool) {
 func (c *locCache) put(key []byte, v cachedLoc) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if v.size == 0 || len(v.locs) == 0 || v.ver == 0 || c.noFence[v.locs[0].Segment] {
+	if v.size == 0 || len(v.locs) == 0 || v.ver == 0 {
 		delete(c.m, string(key))
 		return
 	}
@@ -226,7 +225,11 @@ func (s *Store) getCached(ctx context.Context, keys [][]byte, dsts []Buf, pendin
 	}
 	errs := make([]error, len(keys))
 	var failed []error
-	fenced := !slices.ContainsFunc(cl, func(c cachedLoc) bool { return c.size > s.oneSlice() })
+	// Fenced in one batch only over shm0 (which runs a QP's requests in
+	// order): siw (Linux 6.1) never sends a READ fenced after a READ.
+	fenced := !slices.ContainsFunc(cl, func(c cachedLoc) bool {
+		return c.size > s.oneSlice() || s.transport(ctx, c.locs[0].Segment) != "shm"
+	})
 	if fenced {
 		failed = s.move(ctx, reqs, owner, errs)
 	}
