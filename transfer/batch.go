@@ -72,6 +72,13 @@ type Request struct {
 	Segment     string
 	Offset      uint64 // in the segment
 	Length      int
+	// After: the request starts only once the one before it in the batch
+	// is done (a fence: it goes on the same QP, after it, flagged
+	// verbs.SendFence). Both must be on the same segment and each fit one
+	// slice (Config.SliceSize); Submit refuses it otherwise (ErrAfter).
+	// A Read after a Read then sees memory as it is after the first read
+	// all of its bytes.
+	After bool
 }
 
 type reqState struct {
@@ -256,6 +263,9 @@ func (n *Node) prepare(ctx context.Context, reqs []Request) (*Batch, []plan, err
 		if err != nil {
 			return nil, nil, fmt.Errorf("transfer: request %d (segment %q): %w", i, r.Segment, err)
 		}
+		if r.After && len(rails) > 1 {
+			rails = rails[:1] // the first rail: the one the request before used first
+		}
 		pl := plan{slice: 0, rails: make([]railPlan, 0, len(rails))}
 		for k, rl := range rails {
 			lmr, err := n.regionFor(r.Local, rl.dev)
@@ -272,6 +282,9 @@ func (n *Node) prepare(ctx context.Context, reqs []Request) (*Batch, []plan, err
 			rl.p.touch()
 		}
 		plans[i] = pl
+		if r.After && (i == 0 || reqs[i-1].Segment != r.Segment || r.Length > pl.slice || reqs[i-1].Length > plans[i-1].slice) {
+			return nil, nil, fmt.Errorf("%w: request %d", ErrAfter, i)
+		}
 	}
 	return b, plans, nil
 }
@@ -290,6 +303,7 @@ func (n *Node) post(ctx context.Context, b *Batch, plans []plan) {
 		b.st[i].remaining.Store(int32(ns))
 	}
 	op := verbs.OpRead
+	var last *qpConn // the QP of the last slice posted
 	for i, r := range reqs {
 		pl := plans[i]
 		slice := pl.slice
@@ -304,15 +318,27 @@ func (n *Node) post(ctx context.Context, b *Batch, plans []plan) {
 			off := int(k) * slice
 			l := min(slice, r.Length-off)
 			rp := &pl.rails[int(k)%len(pl.rails)]
-			qc := rp.qps[int(n.rr.Add(1))%len(rp.qps)]
+			var flags verbs.SendFlags
+			var qc *qpConn
+			if r.After {
+				qc, flags = last, verbs.SendFence
+			} else {
+				qc = rp.qps[int(n.rr.Add(1))%len(rp.qps)]
+			}
+			if qc == nil {
+				b.sliceDone(i, ns-k, fmt.Errorf("%w: request %d: the request before it was not posted", ErrAfter, i))
+				break
+			}
+			last = nil
 			if !slices.Contains(b.qps, qc) {
 				b.qps = append(b.qps, qc)
 			}
-			err := qc.post(ctx, b, i, op, rp.lmr.SGE(r.LocalOffset+off, l), rp.addr+uint64(off), rp.rkey)
+			err := qc.post(ctx, b, i, op, flags, rp.lmr.SGE(r.LocalOffset+off, l), rp.addr+uint64(off), rp.rkey)
 			if err != nil {
 				b.sliceDone(i, ns-k, err)
 				break
 			}
+			last = qc
 		}
 	}
 	for _, qc := range b.qps {

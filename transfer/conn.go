@@ -219,7 +219,7 @@ func (p *peer) dial(ctx context.Context, dev *device, addr string) error {
 }
 
 // post posts one slice of request req of b.
-func (qc *qpConn) post(ctx context.Context, b *Batch, req int, op verbs.Opcode, sge verbs.SGE, raddr uint64, rkey uint32) error {
+func (qc *qpConn) post(ctx context.Context, b *Batch, req int, op verbs.Opcode, flags verbs.SendFlags, sge verbs.SGE, raddr uint64, rkey uint32) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -253,7 +253,7 @@ func (qc *qpConn) post(ctx context.Context, b *Batch, req int, op verbs.Opcode, 
 	qc.slots[s] = slot{b: b, req: req}
 	qc.p.dev.posted.Add(1)
 	qc.sge[0] = sge
-	qc.wr[0] = verbs.SendWR{ID: uint64(s), Opcode: op, Flags: verbs.SendSignaled, SGL: qc.sge[:], RemoteAddr: raddr, RKey: rkey}
+	qc.wr[0] = verbs.SendWR{ID: uint64(s), Opcode: op, Flags: verbs.SendSignaled | flags, SGL: qc.sge[:], RemoteAddr: raddr, RKey: rkey}
 	if err := qc.c.QP().PostSend(qc.wr[:]); err != nil {
 		qc.slots[s] = slot{}
 		qc.free <- s
@@ -476,4 +476,19 @@ func (n *Node) janitor() {
 func isBusy(err error) bool {
 	var re *cm.RejectError
 	return errors.As(err, &re) && re.Code == cm.RejectBusy
+}
+
+// Transport returns the transport ("shm", "tcp", "ibverbs", ...) of the
+// device this node reaches segment name over first (the one a request of
+// one slice goes over), connecting to its node if it is not yet.
+func (n *Node) Transport(ctx context.Context, name string) (string, error) {
+	d, err := n.lookup(ctx, name, false)
+	if err != nil {
+		return "", err
+	}
+	rails, err := n.railsFor(ctx, d)
+	if err != nil {
+		return "", err
+	}
+	return rails[0].dev.ctx.Info().Transport, nil
 }

@@ -18,6 +18,9 @@ var (
 	ErrNoNode = errors.New("transfer: no such node")
 	// ErrExists: the name is taken.
 	ErrExists = errors.New("transfer: name already registered")
+	// ErrAfter: a Request with After set cannot follow the one before it
+	// (another segment, more than one slice, or none before it).
+	ErrAfter = errors.New("transfer: request cannot be ordered after the one before it")
 	// ErrBounds: a request reaches outside its segment or its local region.
 	ErrBounds = errors.New("transfer: out of bounds")
 	// ErrReadOnly: a Write to a read-only segment.

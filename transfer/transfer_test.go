@@ -377,3 +377,52 @@ func TestCanceled(t *testing.T) {
 		t.Fatalf("%v", s)
 	}
 }
+
+// TestAfter: a request with After goes after the one before it on the
+// same QP (a Read after a Write of the same bytes reads what it wrote,
+// many times over, on every QP the round robin would have used), and is
+// refused where it cannot be ordered so.
+func TestAfter(t *testing.T) {
+	for _, dev := range []string{"shm0", "tcp0"} {
+		t.Run(dev, func(t *testing.T) {
+			ctx := context.Background()
+			nodes := cluster(t, dev, 2)
+			if _, err := nodes[0].AllocSegment(ctx, "s", 1<<20); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := nodes[0].AllocSegment(ctx, "t", 1<<20); err != nil {
+				t.Fatal(err)
+			}
+			n := nodes[1]
+			buf, _ := n.AllocMR(2 << 10)
+			for i := 0; i < 200; i++ {
+				fill(buf.Bytes()[:1<<10], byte(i))
+				clear(buf.Bytes()[1<<10:])
+				b, err := n.Submit(ctx, []Request{
+					{Op: Write, Local: buf, Segment: "s", Offset: 4096, Length: 1 << 10},
+					{Op: Read, Local: buf, LocalOffset: 1 << 10, Segment: "s", Offset: 4096, Length: 1 << 10, After: true}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := b.Wait(ctx); err != nil {
+					t.Fatal(err)
+				}
+				if !bytes.Equal(buf.Bytes()[:1<<10], buf.Bytes()[1<<10:]) {
+					t.Fatalf("round %d: the read after the write did not see it", i)
+				}
+			}
+			for _, reqs := range [][]Request{
+				{{Op: Read, Local: buf, Segment: "s", Length: 8, After: true}},
+				{{Op: Read, Local: buf, Segment: "s", Length: 8}, {Op: Read, Local: buf, Segment: "t", Length: 8, After: true}},
+			} {
+				if _, err := n.Submit(ctx, reqs); !errors.Is(err, ErrAfter) {
+					t.Fatalf("%+v: %v", reqs, err)
+				}
+			}
+			big, _ := n.AllocMR(256 << 10)
+			if _, err := n.Submit(ctx, []Request{{Op: Read, Local: big, Segment: "s", Length: 128 << 10}, {Op: Read, Local: buf, Segment: "s", Length: 8, After: true}}); !errors.Is(err, ErrAfter) {
+				t.Fatalf("after a request of two slices: %v", err)
+			}
+		})
+	}
+}

@@ -15,6 +15,36 @@ type allocator struct {
 	size uint64
 	free []extent // sorted by off, never adjacent
 	used uint64
+	// dirty: slots of values that clients may have read, freed, whose
+	// version headers are not cleared yet (cache.go); sorted by off,
+	// disjoint, each inside free space.
+	dirty []extent
+}
+
+// markDirty records a freed slot whose header a reader may still trust.
+func (a *allocator) markDirty(off, n uint64) {
+	i := sort.Search(len(a.dirty), func(i int) bool { return a.dirty[i].off > off })
+	a.dirty = append(a.dirty, extent{})
+	copy(a.dirty[i+1:], a.dirty[i:])
+	a.dirty[i] = extent{off, roundUp(n)}
+}
+
+// takeDirty removes and returns the dirty slots that overlap n bytes at
+// off (just allocated): their headers must be cleared before any of
+// those bytes is written.
+func (a *allocator) takeDirty(off, n uint64) []extent {
+	n = roundUp(n)
+	i := sort.Search(len(a.dirty), func(i int) bool { return a.dirty[i].off+a.dirty[i].len > off })
+	j := i
+	for j < len(a.dirty) && a.dirty[j].off < off+n {
+		j++
+	}
+	if i == j {
+		return nil
+	}
+	out := append([]extent(nil), a.dirty[i:j]...)
+	a.dirty = append(a.dirty[:i], a.dirty[j:]...)
+	return out
 }
 
 func newAllocator(size uint64) *allocator {

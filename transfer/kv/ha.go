@@ -12,8 +12,9 @@ package kv
 // master.
 //
 // What is in etcd, under <prefix>kv/: h/<name> a holder (segment, size),
-// e/<hex key> a key's visible value (version, size, replicas), p/<version>
-// a put in progress, master/ the election. Read leases are not: see
+// e/<hex key> a key's visible value (version, put token, size, replicas),
+// p/<version> a put in progress (with its token, so that a commit sent
+// again after a failover finds it), master/ the election. Read leases are not: see
 // takeOver for what keeps reads whole across a failover.
 //
 // Goroutines: campaign (one per node that may be master) runs the
@@ -81,6 +82,7 @@ func (h *haMaster) serving(now time.Time) bool {
 type record struct {
 	Key  []byte   `json:"k,omitempty"`
 	Ver  uint64   `json:"v,omitempty"`
+	Tok  uint64   `json:"t,omitempty"`
 	Size uint64   `json:"s"`
 	Seg  string   `json:"g,omitempty"`
 	Hold []string `json:"h,omitempty"`
@@ -99,7 +101,7 @@ func (m *master) journal(key string, val *string) {
 }
 
 func entryRecord(e *entry) *string {
-	r := record{Key: []byte(e.key), Ver: e.ver, Size: e.size}
+	r := record{Key: []byte(e.key), Ver: e.ver, Tok: e.tok, Size: e.size}
 	for _, x := range e.reps {
 		r.Hold = append(r.Hold, x.h.name)
 		r.Offs = append(r.Offs, x.off)
@@ -190,7 +192,8 @@ func (m *master) flush() error {
 // the new master hands out no space for LeaseTTL after it takes over: no
 // value a reader of the last master may still be reading is overwritten.
 // Versions restart above rev<<32 (rev grows with every election), so none
-// is ever issued twice; lease ids are random 64-bit numbers. A table with no holder is a new
+// is ever issued twice (a version names a slot's contents: see valHdr);
+// lease ids and put tokens are random 64-bit numbers. A table with no holder is a new
 // store's, with no read to wait for: its first master starts at once. The
 // caller holds the master's lock.
 func (m *master) takeOver(now time.Time, kvs []*kvRow, rev int64, holderTTL time.Duration) {
@@ -221,27 +224,31 @@ func (m *master) takeOver(now time.Time, kvs []*kvRow, rev int64, holderTTL time
 	for _, i := range idx {
 		r := recs[i]
 		m.next = max(m.next, r.Ver)
-		e := &entry{key: string(r.Key), ver: r.Ver, size: r.Size, expires: now.Add(m.putTTL)}
+		e := &entry{key: string(r.Key), ver: r.Ver, tok: r.Tok, size: r.Size, expires: now.Add(m.putTTL)}
 		for j, name := range r.Hold {
 			h := m.holders[name]
-			if h == nil || j >= len(r.Offs) || (r.Size > 0 && !h.alloc.reserve(r.Offs[j], r.Size)) {
+			if h == nil || j >= len(r.Offs) || (r.Size > 0 && !h.alloc.reserve(r.Offs[j], slot(r.Size))) {
 				continue
 			}
-			e.reps = append(e.reps, replica{h, r.Offs[j]})
+			e.reps = append(e.reps, replica{h: h, off: r.Offs[j]})
 			h.entries++
 		}
 		if len(e.reps) == 0 && r.Size > 0 {
 			continue
 		}
 		if pend[i] {
-			m.pending[e.ver] = e
+			if e.tok != 0 && m.pending[e.tok] == nil {
+				m.pending[e.tok] = e
+			} else {
+				m.free(e)
+			}
 			continue
 		}
 		if old := m.entries[e.key]; old != nil {
 			m.unlink(old)
 			m.free(old)
 		}
-		e.visible = true
+		e.visible, e.read = true, true
 		e.lru = m.lru.PushBack(e)
 		m.entries[e.key] = e
 	}

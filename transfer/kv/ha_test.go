@@ -313,7 +313,7 @@ func TestPausedMaster(t *testing.T) {
 	// Straight to the old master: a put.
 	raw := rpc.NewClient(addrA, kvProto, secret)
 	defer raw.Close()
-	req := []byte{opPut, 0, 0, 1, 0, 1}
+	req := []byte{opPut, 0, 0, 0, 0, 1, 0, 1}
 	req = frame.AppendBytes16(req, []byte("stale"))
 	req = frame.AppendUint64(req, 4096)
 	p, err := raw.Call(ctx, req)

@@ -285,12 +285,12 @@ func TestEviction(t *testing.T) {
 func TestFullWhileRead(t *testing.T) {
 	m := newMaster(time.Minute, time.Minute)
 	now := time.Now()
-	m.join(now, "h", "s1", "seg", 1<<20, 0)
+	m.join(now, "h", "s1", "seg", slot(1<<20), 0)
 	e, err := m.putStart(now, "a", 1<<20, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := m.putEnd(e.ver, true); err != nil {
+	if _, err := m.putEnd(now, e.tok, true); err != nil {
 		t.Fatal(err)
 	}
 	_, lease, err := m.get(now, "a")
@@ -304,9 +304,14 @@ func TestFullWhileRead(t *testing.T) {
 	if _, err := m.putStart(now, "a", 512<<10, 1); !errors.Is(err, ErrFull) {
 		t.Fatalf("new version: %v", err)
 	}
-	// Remove while read: gone from the table, space held until release.
-	if err := m.remove("a"); err != nil {
+	// Remove while read: gone from the table, space held until release
+	// (the reader's, and the remover's while it clears the headers).
+	gone, err := m.remove(now, "a")
+	if err != nil {
 		t.Fatal(err)
+	}
+	if gone.lease == 0 || len(gone.locs) != 1 {
+		t.Fatalf("remove gave no lease or location: %+v", gone)
 	}
 	if _, _, err := m.get(now, "a"); !errors.Is(err, ErrNotFound) {
 		t.Fatal(err)
@@ -315,14 +320,18 @@ func TestFullWhileRead(t *testing.T) {
 		t.Fatal("space of a value being read freed")
 	}
 	m.releaseLocked(lease)
+	if m.holders["h"].alloc.used == 0 {
+		t.Fatal("space freed before the remover cleared its headers")
+	}
+	m.releaseLocked(gone.lease)
 	if m.holders["h"].alloc.used != 0 {
 		t.Fatal("space not freed after the last reader")
 	}
 	// An expired lease frees too.
 	e, _ = m.putStart(now, "c", 1<<20, 1)
-	m.putEnd(e.ver, true)
+	m.putEnd(now, e.tok, true)
 	m.get(now, "c")
-	m.remove("c")
+	m.remove(now, "c")
 	m.sweep(now.Add(2 * time.Minute))
 	if m.holders["h"].alloc.used != 0 {
 		t.Fatal("expired lease kept the space")
@@ -493,7 +502,7 @@ func TestLeaseIDs(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := m.putEnd(e.ver, true); err != nil {
+		if _, err := m.putEnd(now, e.tok, true); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -532,12 +541,12 @@ func TestListBounded(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		m.putEnd(e.ver, true)
+		m.putEnd(now, e.tok, true)
 	}
 	var got []string
 	var after []byte
 	for page := 0; ; page++ {
-		req := frame.AppendUint32(frame.AppendBytes16([]byte{opList, 0, 0}, nil), 100000)
+		req := frame.AppendUint32(frame.AppendBytes16([]byte{opList, 0, 0, 0, 0}, nil), 100000)
 		ans := s.handle(context.Background(), frame.AppendBytes16(req, after))
 		if len(ans) > kvProto.Limit {
 			t.Fatalf("a %d-byte answer (the limit is %d)", len(ans), kvProto.Limit)
@@ -603,7 +612,7 @@ func TestListPages(t *testing.T) {
 func TestHolderSessions(t *testing.T) {
 	s := &service{m: newMaster(time.Minute, time.Minute), maxKey: 64, maxValue: 1 << 20, maxRepl: MaxReplicas, holderTTL: time.Minute}
 	call := func(op byte, fields ...string) error {
-		req := []byte{op, 0, 0}
+		req := []byte{op, 0, 0, 0, 0}
 		for i, f := range fields {
 			req = frame.AppendString8(req, f)
 			if op == opJoin && i == 1 {

@@ -29,20 +29,58 @@ type holder struct {
 	entries int // replicas placed on it
 }
 
+// span is a range of a holder's pool.
+type span struct {
+	h        *holder
+	off, len uint64
+}
+
 type replica struct {
 	h   *holder
-	off uint64
+	off uint64 // the slot: the version header, then the value at off+valHdr
+	// Of a put in progress: the headers its writer must set to 0 before
+	// it writes the value (cache.go): ranges {off, len}; none unless it
+	// overlaps dirty slots.
+	clear []extent
 }
+
+// maxClears bounds the header ranges one replica's writer is given; a
+// slot over more old slots than that is cleared whole.
+const maxClears = 256
+
+// valHdr is the room before each value in its holder's pool: the first 8
+// bytes hold the version written there (little endian), 0 while a put
+// writes a slot. A client that kept a value's location from an earlier
+// Get reads the value, then the header, and trusts the value only if the
+// header still holds the version it expects (docs/transfer.md, "Gets
+// without the master").
+const valHdr = allocAlign
+
+// slot is the pool space a value of size bytes takes.
+func slot(size uint64) uint64 { return size + valHdr }
 
 // entry is one version of a key's value.
 type entry struct {
 	key     string
-	ver     uint64
+	ver     uint64 // unique for the store's life (a counter; see takeOver)
+	tok     uint64 // random: names the put in progress to its commit or abort
 	size    uint64
 	reps    []replica
-	visible bool          // committed and current
-	dead    bool          // replaced or removed while leased: freed when the last lease goes
-	readers int           // read leases held
+	visible bool   // committed and current
+	dead    bool   // replaced or removed while leased: freed when the last lease goes
+	readers int    // read leases held
+	read    bool   // committed: clients may have its location (its slots go dirty when freed)
+	cleared bool   // retired, and the client that retired it cleared its headers
+	clearer uint64 // the lease of that client (0: none)
+	// Of a put in progress: the parts of the dirty slots its slots
+	// overlap that lie outside them, held (allocated) until it ends, and
+	// those dirty slots (dirty again if it does not commit).
+	holds []span
+	dirt  []span
+	// Of a put in progress: the key's version when it started, leased to
+	// its writer, who clears its headers with the value's writes (so that
+	// a commit that retires it needs no more writes).
+	prev    *retired
 	lru     *list.Element // visible entries only
 	expires time.Time     // a put in progress is abandoned after this
 }
@@ -74,11 +112,11 @@ type master struct {
 	mu        sync.Mutex
 	holders   map[string]*holder
 	entries   map[string]*entry // key → visible version
-	pending   map[uint64]*entry // version → put in progress
+	pending   map[uint64]*entry // put token → put in progress
 	leases    map[uint64]*lease
 	lru       *list.List    // of *entry, least recently used first
 	next      uint64        // versions
-	ids       *rand.ChaCha8 // lease ids: unguessable, so that a client cannot release another's
+	ids       *rand.ChaCha8 // lease ids and put tokens: unguessable, so that a client cannot release another's lease or end another's put
 	lastSweep time.Time
 	evictions uint64
 	ha        *haMaster // nil: the table lives only here (ha.go)
@@ -102,7 +140,7 @@ func (m *master) sweep(now time.Time) {
 	m.lastSweep = now
 	for id, l := range m.leases {
 		if now.After(l.expires) {
-			m.releaseLocked(id)
+			m.endLease(id, true)
 		}
 	}
 	for v, e := range m.pending {
@@ -204,11 +242,75 @@ func (m *master) dropHolder(name string) {
 func (m *master) free(e *entry) {
 	for _, r := range e.reps {
 		if m.holders[r.h.name] == r.h {
-			r.h.alloc.release(r.off, e.size)
+			r.h.alloc.release(r.off, slot(e.size))
+			if e.read && !e.cleared {
+				r.h.alloc.markDirty(r.off, slot(e.size))
+			}
 			r.h.entries--
 		}
 	}
 	e.reps = nil
+	m.endHolds(e, !e.read)
+}
+
+// endHolds frees what a put held while its writer cleared old headers;
+// dirty: those slots are dirty again (the put did not commit: its writer
+// may not have cleared them).
+func (m *master) endHolds(e *entry, dirty bool) {
+	for _, x := range e.holds {
+		if m.holders[x.h.name] == x.h {
+			x.h.alloc.release(x.off, x.len)
+		}
+	}
+	if dirty {
+		for _, x := range e.dirt {
+			if m.holders[x.h.name] == x.h {
+				x.h.alloc.markDirty(x.off, x.len)
+			}
+		}
+	}
+	e.holds, e.dirt = nil, nil
+}
+
+// place allocates a slot for a value of size bytes on h and works out
+// which headers its writer clears first: its own, and those of the dirty
+// slots it overlaps. Until the put ends, no other put may write anywhere
+// in those slots (a reader that trusts one of their headers would see
+// its bytes change): their parts outside this slot are held for it.
+func (m *master) place(e *entry, h *holder, size uint64) bool {
+	n := slot(size)
+	off, ok := h.alloc.alloc(n)
+	if !ok {
+		return false
+	}
+	n = roundUp(n)
+	// Its own header needs no clearing: a reader trusts a header only at
+	// the start of a slot it read, and such a slot, freed, is dirty (then
+	// cleared here) or was cleared by the client that retired it.
+	r := replica{h: h, off: off}
+	var outside []extent
+	for _, d := range h.alloc.takeDirty(off, n) {
+		e.dirt = append(e.dirt, span{h, d.off, d.len})
+		// Dirty slots lie in free space: the parts outside this slot
+		// are free.
+		if d.off < off && h.alloc.reserve(d.off, off-d.off) {
+			e.holds = append(e.holds, span{h, d.off, off - d.off})
+		}
+		if end := d.off + d.len; end > off+n && h.alloc.reserve(off+n, end-off-n) {
+			e.holds = append(e.holds, span{h, off + n, end - off - n})
+		}
+		if d.off < off {
+			outside = append(outside, extent{d.off, 8})
+		} else {
+			r.clear = append(r.clear, extent{d.off, 8})
+		}
+	}
+	if len(r.clear) > maxClears {
+		r.clear = append(r.clear[:0], extent{off, n})
+	}
+	r.clear = append(r.clear, outside...)
+	e.reps = append(e.reps, r)
+	return true
 }
 
 func (m *master) unlink(e *entry) {
@@ -261,11 +363,11 @@ func (m *master) putStart(now time.Time, key string, size uint64, replicas int) 
 		return nil, fmt.Errorf("%w: %d replicas wanted, %d store nodes", ErrNoNodes, replicas, len(m.holders))
 	}
 	m.next++
-	e := &entry{key: key, ver: m.next, size: size, expires: now.Add(m.putTTL)}
+	e := &entry{key: key, ver: m.next, tok: m.newID(func(id uint64) bool { return m.pending[id] != nil }), size: size, expires: now.Add(m.putTTL)}
 	if size > 0 {
 		hs := make([]*holder, 0, len(m.holders))
 		for _, h := range m.holders {
-			if h.alloc.size >= roundUp(size) {
+			if h.alloc.size >= roundUp(slot(size)) {
 				hs = append(hs, h)
 			}
 		}
@@ -287,15 +389,14 @@ func (m *master) putStart(now time.Time, key string, size uint64, replicas int) 
 			}
 			return false
 		}
-		candidate := func(h *holder) bool { return h.alloc.size >= roundUp(size) && !chosen(h) }
+		candidate := func(h *holder) bool { return h.alloc.size >= roundUp(slot(size)) && !chosen(h) }
 		for len(e.reps) < replicas {
 			placed := false
 			for _, h := range hs {
 				if chosen(h) {
 					continue
 				}
-				if off, ok := h.alloc.alloc(size); ok {
-					e.reps = append(e.reps, replica{h, off})
+				if m.place(e, h, size) {
 					h.entries++
 					placed = true
 					break
@@ -312,40 +413,89 @@ func (m *master) putStart(now time.Time, key string, size uint64, replicas int) 
 			return nil, fmt.Errorf("%w: no room for %d bytes (values being read or written hold the rest)", ErrFull, size)
 		}
 	}
-	m.pending[e.ver] = e
+	if cur := m.entries[key]; cur != nil && len(cur.reps) > 0 && len(m.leases) < maxLeases {
+		e.prev = &retired{ver: cur.ver, locs: cur.locations(), lease: m.lease(now, cur)}
+	}
+	m.pending[e.tok] = e
 	m.journalPending(e, true)
 	return e, nil
 }
 
+// newID returns a random nonzero id that taken does not report taken (a
+// counter would let a client work out the ids of others).
+func (m *master) newID(taken func(uint64) bool) uint64 {
+	id := m.ids.Uint64()
+	for id == 0 || taken(id) {
+		id = m.ids.Uint64()
+	}
+	return id
+}
+
+// retired is a version taken out of the table by a commit or a remove:
+// where its headers are, for the client to clear (cache.go), and a lease
+// that keeps its space from reuse until the client has cleared them and
+// let go (else its writes could land in a new value's bytes).
+type retired struct {
+	ver   uint64
+	lease uint64 // 0: none (a value with no bytes)
+	locs  []Location
+}
+
+// retireLeased retires e, leased to the caller (see retired).
+func (m *master) retireLeased(now time.Time, e *entry) *retired {
+	r := &retired{ver: e.ver, locs: e.locations()}
+	if len(e.reps) > 0 && len(m.leases) < maxLeases {
+		r.lease = m.lease(now, e)
+		e.clearer = r.lease
+	} else {
+		r.locs = nil
+	}
+	m.retire(e)
+	return r
+}
+
 // putEnd commits (the version becomes the key's value, the old one
-// retires) or aborts a put.
-func (m *master) putEnd(ver uint64, commit bool) error {
-	e, ok := m.pending[ver]
+// retires) or aborts the put tok names. A commit returns the version it
+// replaced (nil if none).
+func (m *master) putEnd(now time.Time, tok uint64, commit bool) (*retired, error) {
+	e, ok := m.pending[tok]
 	if !ok {
 		if commit && m.ha != nil {
 			// A commit sent again after a failover: done if it landed.
 			for _, v := range m.entries {
-				if v.ver == ver {
-					return nil
+				if v.tok == tok {
+					return nil, nil
 				}
 			}
 		}
-		return fmt.Errorf("%w: put %d expired or its store node left", ErrNotFound, ver)
+		return nil, fmt.Errorf("%w: put expired, ended, or its store node left", ErrNotFound)
 	}
-	delete(m.pending, ver)
+	delete(m.pending, tok)
 	m.journalPending(e, false)
 	if !commit {
 		m.free(e)
-		return nil
+		return nil, nil
 	}
-	if old, ok := m.entries[e.key]; ok {
-		m.retire(old)
+	m.endHolds(e, false)
+	for i := range e.reps {
+		e.reps[i].clear = nil
+	}
+	e.read = true
+	var gone *retired
+	if old := m.entries[e.key]; old != nil {
+		if e.prev != nil && old.ver == e.prev.ver {
+			// Its writer cleared its headers before it committed.
+			old.cleared = true
+			m.retire(old)
+		} else {
+			gone = m.retireLeased(now, old)
+		}
 	}
 	e.visible = true
 	e.lru = m.lru.PushBack(e)
 	m.entries[e.key] = e
 	m.journalEntry(e, true)
-	return nil
+	return gone, nil
 }
 
 // get leases the key's value for reading.
@@ -358,38 +508,47 @@ func (m *master) get(now time.Time, key string) (*entry, uint64, error) {
 		return nil, 0, fmt.Errorf("%w: %d reads in progress", ErrFull, maxLeases)
 	}
 	m.lru.MoveToBack(e.lru)
+	return e, m.lease(now, e), nil
+}
+
+// lease takes a read lease on e.
+func (m *master) lease(now time.Time, e *entry) uint64 {
 	// A random id (not a counter): a release names a lease by its id
 	// alone, from any connection, so an id another client could work out
 	// would let it free a value still being read.
-	id := m.ids.Uint64()
-	for id == 0 || m.leases[id] != nil {
-		id = m.ids.Uint64()
-	}
+	id := m.newID(func(id uint64) bool { return m.leases[id] != nil })
 	e.readers++
 	m.leases[id] = &lease{e: e, expires: now.Add(m.leaseTTL)}
-	return e, id, nil
+	return id
 }
 
-func (m *master) releaseLocked(id uint64) {
+func (m *master) releaseLocked(id uint64) { m.endLease(id, false) }
+
+// endLease ends a lease: handed back, or expired.
+func (m *master) endLease(id uint64, expired bool) {
 	l, ok := m.leases[id]
 	if !ok {
 		return
 	}
 	delete(m.leases, id)
 	e := l.e
+	if id == e.clearer && !expired {
+		e.cleared = true // its headers are 0: not dirty when freed
+	}
 	e.readers--
 	if e.dead && e.readers == 0 {
 		m.free(e)
 	}
 }
 
-func (m *master) remove(key string) error {
+// remove retires key's value and returns it (its headers are the
+// remover's to clear).
+func (m *master) remove(now time.Time, key string) (*retired, error) {
 	e, ok := m.entries[key]
 	if !ok {
-		return ErrNotFound
+		return nil, ErrNotFound
 	}
-	m.retire(e)
-	return nil
+	return m.retireLeased(now, e), nil
 }
 
 // KeyInfo is a key and its value's size, as List returns them.
@@ -449,10 +608,12 @@ func (m *master) stats() Stats {
 	return s
 }
 
+// locations returns where the value's replicas are (the value, after
+// its header).
 func (e *entry) locations() []Location {
 	l := make([]Location, len(e.reps))
 	for i, r := range e.reps {
-		l[i] = Location{Segment: r.h.segment, Offset: r.off}
+		l[i] = Location{Segment: r.h.segment, Offset: r.off + valHdr}
 	}
 	return l
 }

@@ -5,16 +5,29 @@ package kv
 // connection goroutines, one request at a time per connection, each under
 // the master's lock.
 //
-// Request: {op u8, released u16, lease ids u64..., fields}: a client
-// hands back the read leases it is done with on its next request (or a
-// release request). Answer: {code u8, message str16, fields}. List:
+// Request: {op u8, released u16, lease ids u64..., touched u16, keys
+// bytes16..., fields}: a client hands back the read leases it is done with
+// on its next request (or a release request), and reports the keys it
+// read without the master (cache.go), which count as used for the LRU. Answer: {code u8, message str16, fields}. List:
 // {prefix bytes16, limit u32, after bytes16} → {n u32, (key bytes16,
 // size u64)..., more u8}, the keys after after in byte order, more set
 // when keys were left out (the client asks again after the last one).
 // Join {name str8, segment str8, size u64, session str8}, beat and leave
 // {name str8, session str8}: a store node's name belongs to the session
 // (a random token of the Store) that joined it. Batch
-// operations answer per key {code u8, message str16 if code != 0, fields}.
+// operations answer per key {code u8, message str16 if code != 0, fields}:
+// Put {key bytes16, size u64} → {version u64, token u64, locations, per
+// location {n u16, (offset u64, length u64)...}: the ranges of its segment
+// the writer sets to 0 before it writes the value, current u8, retired if
+// 1: the key's version now, whose headers the writer sets to 0 with the
+// value}; PutEnd {commit u8, token u64} → {replaced u8, retired if 1: a
+// version other than the one the put started with, to clear}; Get {key}
+// → {size u64, lease u64, version u64, locations}; Remove {key} →
+// {retired}. Retired: {version u64, lease u64, locations}, leased to the
+// client, which sets its headers to 0 and then releases the lease.
+// Locations: {n u8, (segment str8, offset u64)...}, the offset of the
+// value (its version header is valHdr bytes before). A put's token is
+// random: only the client that started the put can commit or abort it.
 
 import (
 	"context"
@@ -41,8 +54,8 @@ const (
 	listBudget  = MaxBatch * (MaxKeyLen + 64)
 )
 
-var kvProto = rpc.Proto{Magic: 0x524b4b56 /* "RKKV" */, Version: 2, Label: "rdmakit kv v2",
-	Limit: MaxBatch*(MaxKeyLen+64) + maxReleases*8 + 1024}
+var kvProto = rpc.Proto{Magic: 0x524b4b56 /* "RKKV" */, Version: 3, Label: "rdmakit kv v3",
+	Limit: MaxBatch*(MaxKeyLen+64) + maxReleases*8 + maxTouches*(MaxKeyLen+2) + 1024}
 
 const (
 	opInfo    = 1
@@ -142,6 +155,18 @@ func appendLocs(b []byte, l []Location) []byte {
 	return b
 }
 
+// decodeClears reads a put's ranges to clear, per location.
+func decodeClears(d *frame.Decoder, nlocs int) [][]extent {
+	out := make([][]extent, nlocs)
+	for i := range out {
+		n := int(d.Uint16())
+		for j := 0; j < n && d.Err() == nil; j++ {
+			out[i] = append(out[i], extent{d.Uint64(), d.Uint64()})
+		}
+	}
+	return out
+}
+
 func decodeLocs(d *frame.Decoder) []Location {
 	n := int(d.Uint8())
 	var l []Location
@@ -149,6 +174,22 @@ func decodeLocs(d *frame.Decoder) []Location {
 		l = append(l, Location{Segment: d.String8(), Offset: d.Uint64()})
 	}
 	return l
+}
+
+// appendReplaced appends {1, retired} for a version a commit replaced,
+// {0} for none.
+func appendReplaced(b []byte, old *retired) []byte {
+	if old == nil {
+		return append(b, 0)
+	}
+	return appendRetired(append(b, 1), old)
+}
+
+// appendRetired appends {version u64, lease u64, locations}.
+func appendRetired(b []byte, old *retired) []byte {
+	b = frame.AppendUint64(b, old.ver)
+	b = frame.AppendUint64(b, old.lease)
+	return appendLocs(b, old.locs)
 }
 
 // service answers the master's requests.
@@ -182,6 +223,15 @@ func (s *service) handle(_ context.Context, p []byte) []byte {
 	}
 	for i := 0; i < nrel && d.Err() == nil; i++ {
 		m.releaseLocked(d.Uint64())
+	}
+	ntouch := int(d.Uint16())
+	if ntouch > maxTouches {
+		return appendErr(nil, errMalformed)
+	}
+	for i := 0; i < ntouch && d.Err() == nil; i++ {
+		if e := m.entries[string(d.Bytes16())]; e != nil && e.lru != nil {
+			m.lru.MoveToBack(e.lru)
+		}
 	}
 	m.sweep(now)
 	b := s.serve(m, now, op, &d)
@@ -256,7 +306,15 @@ func (s *service) serve(m *master, now time.Time, op byte, d *frame.Decoder) []b
 			b = appendErr(b, err)
 			if err == nil {
 				b = frame.AppendUint64(b, e.ver)
+				b = frame.AppendUint64(b, e.tok)
 				b = appendLocs(b, e.locations())
+				for _, r := range e.reps {
+					b = frame.AppendUint16(b, uint16(len(r.clear)))
+					for _, c := range r.clear {
+						b = frame.AppendUint64(frame.AppendUint64(b, c.off), c.len)
+					}
+				}
+				b = appendReplaced(b, e.prev)
 			}
 		}
 		if d.Finish() != nil {
@@ -271,11 +329,15 @@ func (s *service) serve(m *master, now time.Time, op byte, d *frame.Decoder) []b
 		}
 		b := ok
 		for i := 0; i < n && d.Err() == nil; i++ {
-			commit, ver := d.Uint8() == 1, d.Uint64()
+			commit, tok := d.Uint8() == 1, d.Uint64()
 			if d.Err() != nil {
 				break
 			}
-			b = appendErr(b, m.putEnd(ver, commit))
+			old, err := m.putEnd(now, tok, commit)
+			b = appendErr(b, err)
+			if err == nil {
+				b = appendReplaced(b, old)
+			}
 		}
 		if d.Finish() != nil {
 			break
@@ -299,6 +361,7 @@ func (s *service) serve(m *master, now time.Time, op byte, d *frame.Decoder) []b
 				if err == nil {
 					b = frame.AppendUint64(b, e.size)
 					b = frame.AppendUint64(b, id)
+					b = frame.AppendUint64(b, e.ver)
 					b = appendLocs(b, e.locations())
 				}
 			case opExists:
@@ -309,7 +372,11 @@ func (s *service) serve(m *master, now time.Time, op byte, d *frame.Decoder) []b
 					b = appendErr(b, ErrNotFound)
 				}
 			default:
-				b = appendErr(b, m.remove(string(key)))
+				gone, err := m.remove(now, string(key))
+				b = appendErr(b, err)
+				if err == nil {
+					b = appendRetired(b, gone)
+				}
 			}
 		}
 		if d.Finish() != nil {

@@ -7,16 +7,19 @@ package kv
 // Store runs a releaser that hands back read leases left over for 20 ms;
 // the master's service runs rpc's. Calls run on the caller's goroutine:
 // one request to the master, one transfer batch, and for a Put a second
-// request (commit).
+// request (commit); a Get of a key whose location the client keeps is
+// one transfer batch and no request (cache.go).
 
 import (
 	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/bits"
 	"net"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -169,9 +172,12 @@ type Store struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	// relMu guards released.
+	// relMu guards released and touched.
 	relMu    sync.Mutex
 	released []uint64 // leases to hand back
+	touched  [][]byte // keys read without the master (cache.go), for its LRU
+
+	cache locCache // the locations of values read or written (cache.go)
 
 	// stMu guards staging.
 	stMu    sync.Mutex
@@ -321,13 +327,19 @@ func (s *Store) heartbeat() {
 		ctx, cancel := context.WithTimeout(s.ctx, s.holderTTL/3)
 		_, err := s.call(ctx, frame.AppendString8(frame.AppendString8([]byte{opBeat, 0, 0}, s.node.Name()), s.session))
 		if errors.Is(err, ErrNoNodes) {
-			s.join(ctx) // the master forgot us (it restarted, or we were silent)
+			// The master forgot us (it restarted, or we were silent) and
+			// with us where the old values' headers are: clear the pool
+			// (front to back, each header before its value) so that no
+			// client trusts an old location once new values land here.
+			clear(s.pool.Bytes())
+			s.join(ctx)
 		}
 		cancel()
 	}
 }
 
-// releaser hands back leases that no request carried within 20 ms.
+// releaser hands back leases (and reports keys read) that no request
+// carried within 20 ms.
 func (s *Store) releaser() {
 	defer s.wg.Done()
 	t := time.NewTicker(20 * time.Millisecond)
@@ -339,7 +351,7 @@ func (s *Store) releaser() {
 		case <-t.C:
 		}
 		s.relMu.Lock()
-		n := len(s.released)
+		n := len(s.released) + len(s.touched)
 		s.relMu.Unlock()
 		if n > 0 {
 			ctx, cancel := context.WithTimeout(s.ctx, time.Second)
@@ -358,13 +370,22 @@ func (s *Store) call(ctx context.Context, req []byte) (*frame.Decoder, error) {
 		rel = rel[:maxReleases]
 	}
 	s.released = s.released[len(rel):]
+	touched := s.touched
+	if len(touched) > maxTouches {
+		touched = touched[:maxTouches]
+	}
+	s.touched = s.touched[len(touched):]
 	s.relMu.Unlock()
 	// req[1:3] is the release count for requests built with room for it.
-	msg := make([]byte, 0, len(req)+8*len(rel)+2)
+	msg := make([]byte, 0, len(req)+8*len(rel)+4)
 	msg = append(msg, req[0])
 	msg = frame.AppendUint16(msg, uint16(len(rel)))
 	for _, id := range rel {
 		msg = frame.AppendUint64(msg, id)
+	}
+	msg = frame.AppendUint16(msg, uint16(len(touched)))
+	for _, k := range touched {
+		msg = frame.AppendBytes16(msg, k)
 	}
 	if len(req) > 1 {
 		msg = append(msg, req[3:]...)
@@ -417,6 +438,15 @@ func (s *Store) call(ctx context.Context, req []byte) (*frame.Decoder, error) {
 			return nil, fmt.Errorf("%w (finding the master again: %w)", err, rerr)
 		}
 	}
+}
+
+// touch reports a key read without the master on the next request.
+func (s *Store) touch(key []byte) {
+	s.relMu.Lock()
+	if len(s.touched) < 4*maxTouches {
+		s.touched = append(s.touched, append([]byte(nil), key...))
+	}
+	s.relMu.Unlock()
 }
 
 func (s *Store) release(ids ...uint64) {
@@ -562,20 +592,21 @@ func (s *Store) PutMRBatch(ctx context.Context, keys [][]byte, values []Buf) err
 	}
 	errs := make([]error, len(keys))
 	vers := make([]uint64, len(keys))
-	var reqs []transfer.Request
-	var owner []int
+	toks := make([]uint64, len(keys))
+	locs := make([][]Location, len(keys))
+	clears := make([][][]extent, len(keys))
+	prev := make([][]Location, len(keys)) // the current versions' (see writeSlots)
+	var prevLeases []uint64
 	for i := range keys {
+		s.cache.drop(keys[i])
 		if errs[i] = decodeErr(d); errs[i] != nil {
 			continue
 		}
-		vers[i] = d.Uint64()
-		for _, l := range decodeLocs(d) {
-			if values[i].Len == 0 {
-				continue
-			}
-			reqs = append(reqs, transfer.Request{Op: transfer.Write, Local: values[i].MR, LocalOffset: values[i].Offset,
-				Segment: l.Segment, Offset: l.Offset, Length: values[i].Len})
-			owner = append(owner, i)
+		vers[i], toks[i] = d.Uint64(), d.Uint64()
+		locs[i] = decodeLocs(d)
+		clears[i] = decodeClears(d, len(locs[i]))
+		if d.Uint8() == 1 {
+			prev[i], prevLeases = decodeRetired(d, nil, prevLeases)
 		}
 	}
 	if d.Finish() != nil {
@@ -584,11 +615,13 @@ func (s *Store) PutMRBatch(ctx context.Context, keys [][]byte, values []Buf) err
 	// Writes must land well before the master may take the space back.
 	wctx, cancel := context.WithDeadline(ctx, start.Add(s.putTTL/2))
 	defer cancel()
-	failed := s.move(wctx, reqs, owner, errs)
+	failed := s.writeSlots(wctx, keys, values, vers, locs, clears, prev, errs)
+	// Done with the current versions (their releases go with the commit).
+	s.release(prevLeases...)
 	end := []byte{opPutEnd, 0, 0, 0, 0}
 	n := 0
 	for i := range keys {
-		if vers[i] == 0 {
+		if toks[i] == 0 {
 			continue
 		}
 		commit := byte(1)
@@ -597,29 +630,151 @@ func (s *Store) PutMRBatch(ctx context.Context, keys [][]byte, values []Buf) err
 			errs[i] = failed[i]
 		}
 		end = append(end, commit)
-		end = frame.AppendUint64(end, vers[i])
+		end = frame.AppendUint64(end, toks[i])
 		n++
 	}
-	if n > 0 {
-		end[3], end[4] = byte(n>>8), byte(n)
-		// The commit must reach the master even when ctx has ended: an
-		// abort or commit left unsent holds the space for PutTTL.
-		cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		d, err := s.call(cctx, end)
-		ccancel()
-		if err != nil {
-			return err
+	if n == 0 {
+		return keyErrors(keys, errs)
+	}
+	end[3], end[4] = byte(n>>8), byte(n)
+	// The commit must reach the master even when ctx has ended: an abort
+	// or commit left unsent holds the space for PutTTL.
+	cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer ccancel()
+	d, err = s.call(cctx, end)
+	if err != nil {
+		return err
+	}
+	var old []Location
+	var leases []uint64
+	for i := range keys {
+		if toks[i] == 0 {
+			continue
 		}
-		for i := range keys {
-			if vers[i] == 0 {
-				continue
-			}
-			if err := decodeErr(d); err != nil && errs[i] == nil {
+		err := decodeErr(d)
+		if err != nil {
+			if errs[i] == nil {
 				errs[i] = err
+			}
+			continue
+		}
+		if d.Uint8() == 1 {
+			old, leases = decodeRetired(d, old, leases)
+		}
+		if errs[i] == nil && len(locs[i]) > 0 && s.keep(cctx, locs[i][0].Segment) {
+			s.cache.put(keys[i], cachedLoc{ver: vers[i], size: values[i].Len, locs: locs[i]})
+		}
+	}
+	if d.Finish() != nil {
+		return fmt.Errorf("%w: malformed answer", rpc.ErrProtocol)
+	}
+	// The versions replaced: gone for the clients that kept their
+	// locations before this returns (cache.go).
+	s.clearHeaders(cctx, old, leases)
+	return keyErrors(keys, errs)
+}
+
+// oneSlice is a length every request of one slice fits in (what
+// transfer.Request.After needs): the engine's slice size, at least
+// transfer.DefaultSliceSize unless configured.
+func (s *Store) oneSlice() int {
+	if n := s.cfg.Transfer.SliceSize; n > 0 {
+		return n
+	}
+	return transfer.DefaultSliceSize
+}
+
+// writeSlots writes each value and its version header into the slots the
+// master placed it in: first the ranges the master named set to 0 (the
+// headers of dirty slots it overlaps, if any), and only once that is done
+// the values and the versions (cache.go says why), and the headers of the
+// key's current version (prev) set to 0. It returns per key the first
+// failure.
+func (s *Store) writeSlots(ctx context.Context, keys [][]byte, values []Buf, vers []uint64, locs [][]Location, clears [][][]extent, prev [][]Location, errs []error) []error {
+	fail := func(err error) []error {
+		failed := make([]error, len(keys))
+		for i := range failed {
+			failed[i] = err
+		}
+		return failed
+	}
+	widest := uint64(8)
+	for _, c := range clears {
+		for _, rs := range c {
+			for _, r := range rs {
+				widest = max(widest, r.len)
 			}
 		}
 	}
-	return keyErrors(keys, errs)
+	zero, err := s.stage(int(min(widest, 1<<20)))
+	if err != nil {
+		return fail(err)
+	}
+	defer s.unstage(zero)
+	clear(zero.Bytes()[:min(widest, 1<<20)])
+	hdr, err := s.stage(8 * len(keys))
+	if err != nil {
+		return fail(err)
+	}
+	defer s.unstage(hdr)
+	b := hdr.Bytes()
+	var clr, reqs []transfer.Request
+	var cown, owner []int
+	for i := range keys {
+		if errs[i] != nil {
+			continue
+		}
+		if values[i].Len > 0 {
+			binary.LittleEndian.PutUint64(b[8*i:], vers[i])
+		}
+		for j, l := range locs[i] {
+			h, ok := headerOf(l)
+			if !ok || j >= len(clears[i]) || values[i].Len == 0 {
+				continue
+			}
+			for _, r := range clears[i][j] {
+				for off := uint64(0); off < r.len; off += uint64(zero.Len()) {
+					clr = append(clr, transfer.Request{Op: transfer.Write, Local: zero, Segment: l.Segment,
+						Offset: r.off + off, Length: int(min(r.len-off, uint64(zero.Len())))})
+					cown = append(cown, i)
+				}
+			}
+			reqs = append(reqs, transfer.Request{Op: transfer.Write, Local: values[i].MR, LocalOffset: values[i].Offset,
+				Segment: l.Segment, Offset: l.Offset, Length: values[i].Len})
+			h.Op, h.Local, h.LocalOffset = transfer.Write, hdr, 8*i
+			reqs = append(reqs, h)
+			owner = append(owner, i, i)
+		}
+		// The current version's headers, with the writes: a client that
+		// kept its location asks the master from now on, which still
+		// answers that version until the commit (and then the commit
+		// has nothing left to clear).
+		for _, l := range prev[i] {
+			if h, ok := headerOf(l); ok {
+				h.Op, h.Local = transfer.Write, zero
+				reqs = append(reqs, h)
+				owner = append(owner, i)
+			}
+		}
+	}
+	failed := s.move(ctx, clr, cown, errs)
+	k := 0
+	for j := range reqs {
+		if failed[owner[j]] == nil {
+			reqs[k], owner[k] = reqs[j], owner[j]
+			// The headers go on the QP of the write before them (fenced:
+			// for writes, no wait) where they can: one QP to complete
+			// instead of several.
+			reqs[k].After = k > 0 && reqs[k].Length == 8 && reqs[k-1].Segment == reqs[k].Segment && reqs[k-1].Length <= s.oneSlice()
+			k++
+		}
+	}
+	for i, f := range s.move(ctx, reqs[:k], owner[:k], errs) {
+		if f != nil && failed[i] == nil {
+			failed[i] = f
+		}
+	}
+	return failed
 }
 
 // move runs a batch of transfer requests, each for key owner[k], and
@@ -701,7 +856,16 @@ func (s *Store) GetMRBatch(ctx context.Context, keys [][]byte, dsts []Buf) ([]in
 	for i := range pending {
 		pending[i] = true
 	}
+	// The keys whose locations this client keeps: one-sided, no master.
+	if s.etcd == nil {
+		// (With the master's table in etcd, a new master does not know
+		// which freed slots' headers are still to clear: no such reads.)
+		s.getCached(ctx, keys, dsts, pending, sizes)
+	}
 	for attempt := 0; ; attempt++ {
+		if !slices.Contains(pending, true) {
+			break
+		}
 		expired := s.getOnce(ctx, keys, dsts, pending, sizes, errs)
 		if !expired || attempt == 2 || ctx.Err() != nil {
 			break
@@ -734,12 +898,14 @@ func (s *Store) getOnce(ctx context.Context, keys [][]byte, dsts []Buf, pending 
 	}
 	var leases []uint64
 	locs := make([][]Location, len(keys))
+	vers := make([]uint64, len(keys))
 	for _, i := range idx {
 		if errs[i] = decodeErr(d); errs[i] != nil {
 			pending[i] = false
 			continue
 		}
 		size, id := d.Uint64(), d.Uint64()
+		vers[i] = d.Uint64()
 		locs[i] = decodeLocs(d)
 		leases = append(leases, id)
 		sizes[i] = int(size)
@@ -793,6 +959,11 @@ func (s *Store) getOnce(ctx context.Context, keys [][]byte, dsts []Buf, pending 
 			if errs[i] == nil && locs[i] != nil {
 				errs[i], pending[i], expired = ErrLeaseExpired, true, true
 			}
+		}
+	}
+	for _, i := range idx {
+		if errs[i] == nil && !pending[i] && len(locs[i]) > 0 && s.keep(ctx, locs[i][0].Segment) {
+			s.cache.put(keys[i], cachedLoc{ver: vers[i], size: sizes[i], locs: locs[i]})
 		}
 	}
 	return expired
@@ -997,17 +1168,28 @@ func (s *Store) RemoveBatch(ctx context.Context, keys [][]byte) error {
 	if err := s.checkKeys(keys); err != nil {
 		return err
 	}
+	for _, k := range keys {
+		s.cache.drop(k)
+	}
 	d, err := s.call(ctx, appendKeys([]byte{opRemove, 0, 0}, keys))
 	if err != nil {
 		return err
 	}
 	errs := make([]error, len(keys))
+	var old []Location
+	var leases []uint64
 	for i := range keys {
-		errs[i] = decodeErr(d)
+		if errs[i] = decodeErr(d); errs[i] == nil {
+			old, leases = decodeRetired(d, old, leases)
+		}
 	}
 	if d.Finish() != nil {
 		return fmt.Errorf("%w: malformed answer", rpc.ErrProtocol)
 	}
+	// Gone for the clients that kept their locations (cache.go).
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	s.clearHeaders(cctx, old, leases)
 	return keyErrors(keys, errs)
 }
 

@@ -1,0 +1,269 @@
+package kv
+
+// Gets without the master. A client keeps, per key it read or wrote, the
+// value's version, size and locations (locCache); the next Get of the key
+// reads the value one-sided from there, then reads the 8-byte version
+// header stored valHdr bytes before it (slot layout: master.go), and
+// keeps the value only if the header still holds the version it expects.
+// Otherwise (the value was replaced, removed, or its space reused; the
+// holder left) it forgets the location and asks the master, which leases
+// the value for the read as before.
+//
+// Why a matching header means a whole value: a version is written to a
+// slot only by the put that owns it. A slot freed after clients could
+// read it has its header set to 0 before any byte of it is written
+// again: by the client that retired it (a commit or remove hands it the
+// old locations under a lease it lets go only once its writes are done:
+// clearHeaders), or else ("dirty" slots: evicted, or that client failed)
+// by the first put placed over any part of it, which writes the value only
+// once that clearing completed, while the master holds the rest of the
+// old slot for it (writeSlots; master.place). The reader's header read
+// starts after its value read completed; if it still finds the version,
+// no clearing had happened when the header was read, so no byte of the
+// slot had been written again while the value was read. As the retiring
+// client clears before Put or Remove returns, a Get that starts after
+// that does not find the old version: reads stay as fresh as through the
+// master. A value evicted for room but not yet overwritten may still be
+// read this way by a client that kept its location: it is a value a Put
+// committed, whole.
+//
+// Over tcp0 the header Read costs a round trip through the transport's
+// goroutines, more than the master's RPC: a client keeps locations only
+// in segments it reaches over another transport (shm0, an RDMA NIC),
+// where that Read costs a few microseconds (Store.keep). Over shm0 the
+// two Reads go in one batch, the header's fenced after the value's on the
+// same QP (transfer.Request.After); elsewhere in two batches.
+//
+// The cache is a map under a mutex, bounded by maxCached keys (one is
+// dropped for each added beyond). Methods run on the caller's goroutine.
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"slices"
+	"sync"
+
+	"github.com/rdmakit/rdmakit/internal/frame"
+	"github.com/rdmakit/rdmakit/transfer"
+)
+
+// maxCached bounds the locations a client keeps.
+const maxCached = 1 << 16
+
+// maxTouches is the most keys read without the master that one request
+// reports (service.go); a client keeps at most 4 times that to report.
+const maxTouches = 256
+
+// cachedLoc is what a client knows of one key's value.
+type cachedLoc struct {
+	ver  uint64
+	size int
+	locs []Location
+}
+
+type locCache struct {
+	mu  sync.Mutex
+	m   map[string]cachedLoc
+	via map[string]string // segment → the transport this node reaches it over (Store.transport)
+}
+
+// transport returns the transport segment is reached over ("" if not
+// known); the first call per segment asks the transfer node.
+func (s *Store) transport(ctx context.Context, segment string) string {
+	c := &s.cache
+	c.mu.Lock()
+	tr, ok := c.via[segment]
+	c.mu.Unlock()
+	if ok {
+		return tr
+	}
+	tr, err := s.node.Transport(ctx, segment)
+	if err != nil {
+		return ""
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.via == nil || len(c.via) > maxCached {
+		c.via = map[string]string{}
+	}
+	c.via[segment] = tr
+	return tr
+}
+
+// keep reports whether locations in segment are worth keeping: not over
+// tcp0 (see above).
+func (s *Store) keep(ctx context.Context, segment string) bool {
+	tr := s.transport(ctx, segment)
+	return tr != "" && tr != "tcp"
+}
+
+func (c *locCache) get(key []byte) (cachedLoc, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	v, ok := c.m[string(key)]
+	return v, ok
+}
+
+// put keeps a location (a value with no bytes has no header: not kept).
+func (c *locCache) put(key []byte, v cachedLoc) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if v.size == 0 || len(v.locs) == 0 || v.ver == 0 {
+		delete(c.m, string(key))
+		return
+	}
+	if c.m == nil {
+		c.m = map[string]cachedLoc{}
+	}
+	if _, ok := c.m[string(key)]; !ok && len(c.m) >= maxCached {
+		for k := range c.m {
+			delete(c.m, k)
+			break
+		}
+	}
+	c.m[string(key)] = v
+}
+
+func (c *locCache) drop(key []byte) {
+	c.mu.Lock()
+	delete(c.m, string(key))
+	c.mu.Unlock()
+}
+
+// headerOf returns the request range of the version header of the value
+// at l (false for an offset no slot has).
+func headerOf(l Location) (transfer.Request, bool) {
+	if l.Offset < valHdr {
+		return transfer.Request{}, false
+	}
+	return transfer.Request{Segment: l.Segment, Offset: l.Offset - valHdr, Length: 8}, true
+}
+
+// decodeRetired reads a retired version (service.go), adding its
+// locations and lease to locs and leases.
+func decodeRetired(d *frame.Decoder, locs []Location, leases []uint64) ([]Location, []uint64) {
+	d.Uint64()
+	if id := d.Uint64(); id != 0 {
+		leases = append(leases, id)
+	}
+	return append(locs, decodeLocs(d)...), leases
+}
+
+// clearHeaders sets the version headers of locs to 0, returns when the
+// writes are done, and then hands back the leases that kept the space from
+// reuse meanwhile (which tells the master the headers are clear). When a
+// write fails the leases are left to expire: the master then treats the
+// space as dirty (master.go).
+func (s *Store) clearHeaders(ctx context.Context, locs []Location, leases []uint64) {
+	if len(locs) == 0 {
+		s.release(leases...)
+		return
+	}
+	zero, err := s.stage(8)
+	if err != nil {
+		return // (the leases expire)
+	}
+	defer s.unstage(zero)
+	clear(zero.Bytes()[:8])
+	var reqs []transfer.Request
+	var owner []int
+	for _, l := range locs {
+		if r, ok := headerOf(l); ok {
+			r.Op, r.Local = transfer.Write, zero
+			reqs = append(reqs, r)
+			owner = append(owner, 0)
+		}
+	}
+	if s.move(ctx, reqs, owner, make([]error, 1))[0] == nil {
+		s.release(leases...)
+	}
+}
+
+// getCached reads the pending keys whose locations this client keeps,
+// as the file header says; those read and validated are done (pending
+// false), the others are left pending (their locations forgotten).
+func (s *Store) getCached(ctx context.Context, keys [][]byte, dsts []Buf, pending []bool, sizes []int) {
+	var idx []int
+	var cl []cachedLoc
+	for i, k := range keys {
+		if !pending[i] {
+			continue
+		}
+		c, ok := s.cache.get(k)
+		if !ok || c.size > dsts[i].Len {
+			continue
+		}
+		if _, ok := headerOf(c.locs[0]); !ok {
+			s.cache.drop(k)
+			continue
+		}
+		idx = append(idx, i)
+		cl = append(cl, c)
+	}
+	if len(idx) == 0 {
+		return
+	}
+	hdr, err := s.stage(8 * len(idx))
+	if err != nil {
+		return
+	}
+	defer s.unstage(hdr)
+	// Each value and then its header in one batch, the header read
+	// fenced after the value's (transfer.Request.After); where the engine
+	// cannot order them so (a value over one slice), the headers in a
+	// second batch.
+	var reqs []transfer.Request
+	var owner []int
+	for j, i := range idx {
+		c := cl[j]
+		h, _ := headerOf(c.locs[0])
+		h.Op, h.Local, h.LocalOffset, h.After = transfer.Read, hdr, 8*j, true
+		reqs = append(reqs, transfer.Request{Op: transfer.Read, Local: dsts[i].MR, LocalOffset: dsts[i].Offset,
+			Segment: c.locs[0].Segment, Offset: c.locs[0].Offset, Length: c.size}, h)
+		owner = append(owner, i, i)
+	}
+	errs := make([]error, len(keys))
+	var failed []error
+	// Fenced in one batch only over shm0 (which runs a QP's requests in
+	// order): siw (Linux 6.1) never sends a READ fenced after a READ.
+	fenced := !slices.ContainsFunc(cl, func(c cachedLoc) bool {
+		return c.size > s.oneSlice() || s.transport(ctx, c.locs[0].Segment) != "shm"
+	})
+	if fenced {
+		failed = s.move(ctx, reqs, owner, errs)
+	}
+	if !fenced || slices.ContainsFunc(failed, func(err error) bool { return errors.Is(err, transfer.ErrAfter) }) {
+		var data, hdrs []transfer.Request
+		var down, hown []int
+		for k := 0; k < len(reqs); k += 2 {
+			r := reqs[k+1]
+			r.After = false
+			data, hdrs = append(data, reqs[k]), append(hdrs, r)
+			down, hown = append(down, owner[k]), append(hown, owner[k])
+		}
+		failed = s.move(ctx, data, down, errs)
+		k := 0
+		for j := range hdrs {
+			if failed[hown[j]] == nil {
+				hdrs[k], hown[k] = hdrs[j], hown[j]
+				k++
+			}
+		}
+		// The headers, read only after the values' reads completed.
+		for i, f := range s.move(ctx, hdrs[:k], hown[:k], errs) {
+			if f != nil && failed[i] == nil {
+				failed[i] = f
+			}
+		}
+	}
+	b := hdr.Bytes()
+	for j, i := range idx {
+		if failed[i] != nil || binary.LittleEndian.Uint64(b[8*j:]) != cl[j].ver {
+			s.cache.drop(keys[i])
+			continue
+		}
+		sizes[i], pending[i] = cl[j].size, false
+		s.touch(keys[i])
+	}
+}

@@ -1,0 +1,176 @@
+package kv
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+)
+
+// TestCachedGetValidated: a client that read a key keeps its location
+// and reads it again without the master; once the value is replaced,
+// removed, or evicted and its space reused by values laid out differently,
+// such a read must not return the bytes now there (the header check; with
+// it removed this test fails).
+func TestCachedGetValidated(t *testing.T) {
+	// Default slices: the header Read fenced after the value's in one
+	// batch; 64 KiB slices: the values are over one slice, two batches.
+	for _, slice := range []int{0, 64 << 10} {
+		t.Run(fmt.Sprint("slice", slice), func(t *testing.T) { testCachedGetValidated(t, slice) })
+	}
+}
+
+func testCachedGetValidated(t *testing.T, slice int) {
+	ctx := context.Background()
+	ss := cluster(t, "shm0", 1, 1<<20, func(c *Config) { c.Transfer.SliceSize = slice })
+	open := func() *Store {
+		tc := tcfg("shm0")
+		tc.SliceSize = slice
+		s, err := Open(ctx, Config{Addr: ss[0].Addr(), Transfer: tc})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	}
+	c1, c2 := open(), open()
+	a := value(1, 300<<10)
+	if err := c2.Put(ctx, []byte("a"), a); err != nil {
+		t.Fatal(err)
+	}
+	get := func(k string) ([]byte, error) { return c1.Get(ctx, []byte(k)) }
+	if v, err := get("a"); err != nil || !bytes.Equal(v, a) {
+		t.Fatalf("first get: %v", err)
+	}
+	if _, ok := c1.cache.get([]byte("a")); !ok {
+		t.Fatal("location not kept after a get")
+	}
+	before, _ := c1.Stats(ctx)
+	for i := 0; i < 20; i++ {
+		if v, err := get("a"); err != nil || !bytes.Equal(v, a) {
+			t.Fatalf("cached get: %v", err)
+		}
+	}
+	if after, _ := c1.Stats(ctx); after.Leases != before.Leases {
+		t.Fatalf("cached gets took leases: %d then %d", before.Leases, after.Leases)
+	}
+	// Replaced by another client: the new value at once.
+	b := value(2, 200<<10)
+	if err := c2.Put(ctx, []byte("a"), b); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := get("a"); err != nil || !bytes.Equal(v, b) {
+		t.Fatalf("get after a replace: %d bytes, %v (stale or torn)", len(v), err)
+	}
+	// Removed by another client: gone at once.
+	if err := c2.Remove(ctx, []byte("a")); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := get("a"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("get after a remove: %d bytes, %v", len(v), err)
+	}
+	// Evicted, and its space reused by values that straddle its slot.
+	if err := c2.Put(ctx, []byte("a"), a); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := get("a"); err != nil || !bytes.Equal(v, a) {
+		t.Fatalf("get: %v", err)
+	}
+	c1.Exists(ctx, []byte("x")) // c1's request carries its touch of a now, not during the fills
+	for i := 0; i < 100; i++ {
+		if err := c2.Put(ctx, []byte(fmt.Sprint("fill", i)), value(uint64(10+i), 70<<10+i*64+8)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ok, _ := c2.Exists(ctx, []byte("a")); ok {
+		t.Fatal("a not evicted")
+	}
+	v, err := get("a")
+	if err == nil && !bytes.Equal(v, a) {
+		t.Fatalf("get of an evicted key whose space was reused: %d other bytes", len(v))
+	}
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		t.Fatal(err)
+	}
+}
+
+// TestPutTokens: a client cannot commit or abort another client's put in
+// progress by working out its name from its own (put tokens are random,
+// not the version counter).
+func TestPutTokens(t *testing.T) {
+	m := newMaster(time.Minute, time.Minute)
+	now := time.Now()
+	m.join(now, "h", "s1", "seg", 1<<20, 0)
+	a, err := m.putStart(now, "a", 4096, 1) // client A's put
+	if err != nil {
+		t.Fatal(err)
+	}
+	mine, err := m.putStart(now, "b", 4096, 1) // client B's
+	if err != nil {
+		t.Fatal(err)
+	}
+	// B aborts every name near its own token and version, and the small
+	// numbers.
+	for d := uint64(1); d <= 1<<16; d++ {
+		for _, g := range []uint64{mine.tok - d, mine.tok + d, mine.ver - d, mine.ver + d, mine.ver, d} {
+			if g != mine.tok {
+				m.putEnd(now, g, false)
+			}
+		}
+	}
+	if _, err := m.putEnd(now, a.tok, true); err != nil {
+		t.Fatalf("A's put ended by B: %v", err)
+	}
+	if _, err := m.putEnd(now, mine.tok, true); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestDirtyHeld: a put placed over part of a freed slot that clients may
+// still trust holds the rest of that slot until it ends (no other put
+// writes there before its writer cleared the old header), clears the old
+// header first, and leaves the slot dirty again when it aborts.
+func TestDirtyHeld(t *testing.T) {
+	m := newMaster(time.Minute, time.Minute)
+	now := time.Now()
+	m.join(now, "h", "s1", "seg", 1<<20, 0)
+	d, _ := m.putStart(now, "d", 600<<10, 1)
+	m.putEnd(now, d.tok, true)
+	gone, _ := m.remove(now, "d")
+	m.endLease(gone.lease, true) // the remover never cleared: dirty
+	w, err := m.putStart(now, "w", 100<<10, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.reps[0].off != 0 || len(w.reps[0].clear) != 1 || w.reps[0].clear[0] != (extent{0, 8}) {
+		t.Fatalf("w placed at %d, clears %v", w.reps[0].off, w.reps[0].clear)
+	}
+	end := roundUp(slot(600 << 10))
+	y, err := m.putStart(now, "y", 1000, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if y.reps[0].off < end {
+		t.Fatalf("y placed at %d, inside the dirty slot (to %d) w is clearing", y.reps[0].off, end)
+	}
+	m.putEnd(now, w.tok, false) // aborted: its clears may not have landed
+	z, _ := m.putStart(now, "z", 1000, 1)
+	if z.reps[0].off != 0 || len(z.holds) == 0 || len(z.dirt) != 1 {
+		t.Fatalf("z at %d, holds %v: the old slot not dirty again", z.reps[0].off, z.holds)
+	}
+	// Cleared by its remover: not dirty.
+	m2 := newMaster(time.Minute, time.Minute)
+	m2.join(now, "h", "s1", "seg", 1<<20, 0)
+	d, _ = m2.putStart(now, "d", 600<<10, 1)
+	m2.putEnd(now, d.tok, true)
+	gone, _ = m2.remove(now, "d")
+	m2.releaseLocked(gone.lease)
+	if len(m2.holders["h"].alloc.dirty) != 0 {
+		t.Fatalf("a cleared slot dirty: %v", m2.holders["h"].alloc.dirty)
+	}
+	if e, _ := m2.putStart(now, "e", 1000, 1); len(e.reps[0].clear) != 0 || len(e.holds) != 0 {
+		t.Fatalf("a put over clean space has clears %v, holds %v", e.reps[0].clear, e.holds)
+	}
+}
