@@ -26,6 +26,7 @@ import (
 	"github.com/rdmakit/rdmakit/internal/collperf"
 	"github.com/rdmakit/rdmakit/internal/perftest"
 	"github.com/rdmakit/rdmakit/internal/reexec"
+	"github.com/rdmakit/rdmakit/internal/stats"
 
 	_ "github.com/rdmakit/rdmakit/transport/shm"
 )
@@ -82,6 +83,9 @@ func main() {
 	stop := startProfile()
 	code := runAs(os.Args[0], os.Args[1:])
 	stop()
+	if err := stats.Flush(); err != nil {
+		fmt.Fprintf(os.Stderr, "rdmakit: %s: %v (last counters not written)\n", stats.EnvDir, err)
+	}
 	os.Exit(code)
 }
 

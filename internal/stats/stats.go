@@ -216,6 +216,21 @@ func WriteFile(d string) error {
 	return os.Rename(tmp, path)
 }
 
+// Flush writes the counters now if the process counts and has any (a
+// process about to exit calls it, so that its last second is not lost).
+func Flush() error {
+	mu.Lock()
+	d, n := dir, len(all)
+	mu.Unlock()
+	if d == "" || n == 0 {
+		return nil
+	}
+	if err := os.MkdirAll(d, 0o755); err != nil {
+		return err
+	}
+	return WriteFile(d)
+}
+
 // writer writes the counters every Interval; a directory that cannot be
 // written to is retried (it may be mounted later) and reported once.
 func writer() {
