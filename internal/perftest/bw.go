@@ -249,6 +249,7 @@ func (b *bwLoop) run() (bwStats, error) {
 	total := int64(cfg.Duration) * int64(time.Second)
 	noPeak := b.tposted == nil
 	var progress uint64
+	var idleRun uint32 // empty rounds in a row
 	b.epoch = time.Now()
 	cpuUtil := dur && cfg.CPUUtil
 	if dur && margin == 0 {
@@ -433,12 +434,14 @@ func (b *bwLoop) run() (bwStats, error) {
 		}
 		if busy {
 			progress++
+			idleRun = 0
 			if progress%checkEvery == 0 {
 				if err := b.w.check(progress); err != nil {
 					return st, err
 				}
 			}
-		} else if cfg.Events {
+		} else if idleRun++; cfg.Events || (b.w.blockAfter > 0 && idleRun >= b.w.blockAfter) {
+			idleRun = 0
 			if err := b.block(); err != nil {
 				return st, err
 			}

@@ -125,4 +125,14 @@ func TestTuneIbverbs(t *testing.T) {
 	if w.schedEvery != spinCgo || w.yieldEvery != spinCgo || runtime.GOMAXPROCS(0) != minProcsCgo {
 		t.Fatalf("ibverbs: Gosched every %d, yield every %d, GOMAXPROCS %d", w.schedEvery, w.yieldEvery, runtime.GOMAXPROCS(0))
 	}
+	// roce: a bandwidth loop waits in the driver after blockRoce empty
+	// polls where CPUs are few, and spins on elsewhere.
+	w.tune(verbs.DeviceInfo{Name: "roce0", Transport: "roce"})
+	if want := map[bool]uint32{true: blockRoce, false: 0}[runtime.NumCPU() <= fewCPUs]; w.blockAfter != want {
+		t.Fatalf("roce on %d CPUs: blocks after %d empty polls, want %d", runtime.NumCPU(), w.blockAfter, want)
+	}
+	w.tune(verbs.DeviceInfo{Name: "tcp0", Transport: "tcp"})
+	if w.blockAfter != 0 {
+		t.Fatalf("tcp: blocks after %d empty polls, want never", w.blockAfter)
+	}
 }
