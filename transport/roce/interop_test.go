@@ -194,9 +194,15 @@ func (s *interSide) serve(peerRole string) {
 }
 
 func interopConfig(t *testing.T) map[string]string {
-	s := os.Getenv("RDMAKIT_ROCE_INTEROP")
+	return envConfig(t, "RDMAKIT_ROCE_INTEROP", "with rxe")
+}
+
+// envConfig is the key=value fields of environment variable name; the
+// test is skipped without it (it runs in the test VM, where).
+func envConfig(t *testing.T, name, where string) map[string]string {
+	s := os.Getenv(name)
 	if s == "" {
-		t.Skip("RDMAKIT_ROCE_INTEROP not set: runs in the test VM with rxe (test/vm/guest/roce.sh)")
+		t.Skip(name + " not set: runs in the test VM " + where + " (test/vm/guest/roce.sh)")
 	}
 	m := map[string]string{}
 	for _, f := range strings.Fields(s) {
@@ -249,21 +255,7 @@ func TestInteropRXE(t *testing.T) {
 	}
 	defer ctx.Close()
 	s := &interSide{side: newSide(t, ctx, interMR), role: "rxe"}
-	cmd := exec.Command("ip", "netns", "exec", cfg["ns"], os.Args[0], "-test.run=^TestInteropRoCE$", "-test.v")
-	cmd.Env = append(os.Environ(), "RDMAKIT_ROCE_INTEROP_CHILD=1", EnvIfaces+"="+cfg["iface"], EnvAddr+"="+cfg["ip"])
-	cmd.Stderr = os.Stderr
-	w, _ := cmd.StdinPipe()
-	r, _ := cmd.StdoutPipe()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		w.Close()
-		if err := cmd.Wait(); err != nil {
-			t.Errorf("roce side: %v", err)
-		}
-	}()
-	s.in, s.out = bufio.NewScanner(r), w
+	defer s.startChild(cfg, "TestInteropRoCE")()
 	var peer interInfo
 	s.recv(&peer)
 	s.send(interInfo{QPN: s.qp.Num(), PSN: s.psn, RKey: s.mr.RKey(), Addr: s.mr.Addr(), IP: cfg["peer"]})
@@ -332,6 +324,29 @@ func (s *interSide) bulk(peer interInfo, total int) int {
 		n += lenBig
 	}
 	return n
+}
+
+// startChild runs this test binary's test named test in network
+// namespace cfg["ns"] on roce device cfg["iface"] at cfg["ip"], speaking
+// JSON lines with s on its stdin and stdout; the returned function ends
+// it (and fails the test if it failed).
+func (s *interSide) startChild(cfg map[string]string, test string) (wait func()) {
+	t := s.t
+	cmd := exec.Command("ip", "netns", "exec", cfg["ns"], os.Args[0], "-test.run=^"+test+"$", "-test.v")
+	cmd.Env = append(os.Environ(), "RDMAKIT_ROCE_INTEROP_CHILD=1", EnvIfaces+"="+cfg["iface"], EnvAddr+"="+cfg["ip"])
+	cmd.Stderr = os.Stderr
+	w, _ := cmd.StdinPipe()
+	r, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	s.in, s.out = bufio.NewScanner(r), w
+	return func() {
+		w.Close()
+		if err := cmd.Wait(); err != nil {
+			t.Errorf("%s in %s: %v", test, cfg["ns"], err)
+		}
+	}
 }
 
 // roundsOf is how many times the exchange runs (rounds=N, default 1).
@@ -426,16 +441,7 @@ func ecnConnect(t *testing.T, s *side, peer ecnInfo) {
 }
 
 func ecnConfig(t *testing.T) map[string]string {
-	s := os.Getenv("RDMAKIT_ROCE_ECN")
-	if s == "" {
-		t.Skip("RDMAKIT_ROCE_ECN not set: runs in the test VM with netem marking CE (test/vm/guest/roce.sh)")
-	}
-	m := map[string]string{}
-	for _, f := range strings.Fields(s) {
-		k, v, _ := strings.Cut(f, "=")
-		m[k] = v
-	}
-	return m
+	return envConfig(t, "RDMAKIT_ROCE_ECN", "with netem marking CE")
 }
 
 // TestInteropECN is the root-namespace side: the requester, whose
@@ -458,21 +464,7 @@ func TestInteropECN(t *testing.T) {
 	}
 	defer ctx.Close()
 	s := &interSide{side: newSide(t, ctx, interMR), role: "root"}
-	cmd := exec.Command("ip", "netns", "exec", cfg["ns"], os.Args[0], "-test.run=^TestInteropECNChild$", "-test.v")
-	cmd.Env = append(os.Environ(), "RDMAKIT_ROCE_INTEROP_CHILD=1", EnvIfaces+"="+cfg["iface"], EnvAddr+"="+cfg["ip"])
-	cmd.Stderr = os.Stderr
-	w, _ := cmd.StdinPipe()
-	r, _ := cmd.StdoutPipe()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		w.Close()
-		if err := cmd.Wait(); err != nil {
-			t.Errorf("namespace side: %v", err)
-		}
-	}()
-	s.in, s.out = bufio.NewScanner(r), w
+	defer s.startChild(cfg, "TestInteropECNChild")()
 	var peer ecnInfo
 	s.recv(&peer)
 	s.send(ecnInfo{QPN: s.qp.Num(), PSN: s.psn, RKey: s.mr.RKey(), Addr: s.mr.Addr(), QPAddr: s.qp.Address()})
