@@ -27,7 +27,12 @@ func TestECN(t *testing.T) {
 	// moves, so cuts from it would not slow anything down).
 	// alpha decays while no CNP comes (a slow start under the race
 	// detector leaves it near 0): a larger gain makes the CNPs count.
+	// alpha decays, and the rate recovers, every 55 µs by default: on a
+	// slow start (the race detector, a loaded machine) alpha is near 0
+	// by the first CNP and the cuts are slight. Slower timers keep the
+	// cuts visible whatever the timing.
 	DCQCN.LineRate, DCQCN.G = 2e9, 1.0/16
+	DCQCN.AlphaPeriod, DCQCN.RateTimer = 10*time.Millisecond, 10*time.Millisecond
 	defer func() { testMarkCE, DCQCN = nil, rcprotoDefault }()
 	size := 8 << 20
 	if testing.Short() {

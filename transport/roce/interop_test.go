@@ -457,6 +457,7 @@ func TestInteropECN(t *testing.T) {
 	// The default line rate (100 Gb/s) is far above what the test VM
 	// moves; a gain of 1/16 makes each CNP count (as TestECN does).
 	DCQCN.LineRate, DCQCN.G = 2e9, 1.0/16
+	DCQCN.AlphaPeriod, DCQCN.RateTimer = 10*time.Millisecond, 10*time.Millisecond
 	defer func() { DCQCN = rcprotoDefault }()
 	ctx, err := verbs.Open("roce0", verbs.Options{})
 	if err != nil {
