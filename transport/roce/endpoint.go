@@ -117,14 +117,6 @@ type endpoint struct {
 	kickc  chan struct{}
 	stop   chan struct{}
 
-	// wMu guards writes and wStopped: request batches composed for the
-	// writer goroutine, in order (at most one per QP: qpDriver.handOff);
-	// wc wakes the writer (one token).
-	wMu      sync.Mutex
-	writes   []*txBatch
-	wStopped bool
-	wc       chan struct{}
-
 	// Progress goroutine only.
 	rx      sys.UDPBatch
 	tx      *txBatch
@@ -239,63 +231,11 @@ func newEndpoint(bind netip.AddrPort, mtu verbs.MTU) (*endpoint, error) {
 	}
 	ep.tx = newTxBatch(ep)
 	ep.recvFn = ep.rawRecv
-	ep.kickc, ep.stop, ep.wc = make(chan struct{}, 1), make(chan struct{}), make(chan struct{}, 1)
-	ep.wg.Add(3)
+	ep.kickc, ep.stop = make(chan struct{}, 1), make(chan struct{})
+	ep.wg.Add(2)
 	go ep.run()
 	go ep.sender()
-	go ep.writer()
 	return ep, nil
-}
-
-// write hands a composed batch to the writer goroutine, which transmits
-// it and then gives it back (b.free). After the endpoint closed, the
-// batch is dropped and given back at once.
-func (ep *endpoint) write(b *txBatch) {
-	ep.wMu.Lock()
-	if ep.wStopped {
-		ep.wMu.Unlock()
-		b.reset()
-		b.free <- struct{}{}
-		return
-	}
-	ep.writes = append(ep.writes, b)
-	ep.wMu.Unlock()
-	select {
-	case ep.wc <- struct{}{}:
-	default:
-	}
-}
-
-// writer is the writer goroutine: it transmits the batches write hands
-// it, in order. When the endpoint closes it gives back what is left
-// unsent.
-func (ep *endpoint) writer() {
-	defer ep.wg.Done()
-	var work []*txBatch
-	for {
-		stop := false
-		select {
-		case <-ep.wc:
-		case <-ep.stop:
-			stop = true
-		}
-		ep.wMu.Lock()
-		work, ep.writes = ep.writes, work[:0]
-		ep.wStopped = stop
-		ep.wMu.Unlock()
-		for i, b := range work {
-			work[i] = nil
-			if stop {
-				b.reset()
-			} else {
-				b.transmit()
-			}
-			b.free <- struct{}{}
-		}
-		if stop {
-			return
-		}
-	}
 }
 
 // kick hands d to the sender goroutine, which flushes it.
@@ -540,14 +480,10 @@ type txBatch struct {
 	n, from      int
 	gsoFailed    bool
 	fn           func(fd uintptr) bool
-	// free holds a token while no goroutine owns the batch: a QP's
-	// composer takes it before it builds into the batch; the writer
-	// goroutine gives it back after transmitting (qpDriver.handOff).
-	free chan struct{}
 }
 
 func newTxBatch(ep *endpoint) *txBatch {
-	b := &txBatch{ep: ep, raw: ep.raw, local: ep.local, arena: make([]byte, sys.MaxBatch*maxPacket), free: make(chan struct{}, 1)}
+	b := &txBatch{ep: ep, raw: ep.raw, local: ep.local, arena: make([]byte, sys.MaxBatch*maxPacket)}
 	b.fn = b.write
 	return b
 }
@@ -609,14 +545,6 @@ func (b *txBatch) compose(p int, useGSO bool) int {
 // full; a datagram the socket refuses is dropped (the protocol
 // retransmits). The batch is empty when it returns.
 func (b *txBatch) send() {
-	b.prepare()
-	b.transmit()
-}
-
-// prepare counts the queued datagrams and computes their ICRCs (or,
-// with a test filter on the endpoint, sends them through it and empties
-// the batch).
-func (b *txBatch) prepare() {
 	ep := b.ep
 	if b.np == 0 {
 		return
@@ -629,31 +557,22 @@ func (b *txBatch) prepare() {
 			b.hasher.PutICRC(&a, pk)
 			ep.wrap(pk, b.to[i], ep.sendOne)
 		}
-		b.reset()
-		return
-	}
-	b.n, b.from, b.gsoFailed = b.compose(0, !ep.noGSO.Load()), 0, false
-}
-
-// transmit writes what prepare composed and empties the batch.
-func (b *txBatch) transmit() {
-	if b.np == 0 {
-		return
-	}
-	for {
-		b.raw.Write(b.fn)
-		if !b.gsoFailed {
-			break
+	} else {
+		p := 0
+		for {
+			b.n, b.from, b.gsoFailed = b.compose(p, !ep.noGSO.Load()), 0, false
+			b.raw.Write(b.fn)
+			if !b.gsoFailed {
+				break
+			}
+			// The kernel refused segmentation offload: send the rest
+			// one by one from now on.
+			ep.noGSO.Store(true)
+			p = b.first[b.from]
 		}
-		// The kernel refused segmentation offload: send the rest one
-		// by one from now on (their ICRCs change with their places).
-		b.ep.noGSO.Store(true)
-		b.n, b.from, b.gsoFailed = b.compose(b.first[b.from], false), 0, false
 	}
-	b.reset()
+	b.np, b.pos = 0, 0
 }
-
-func (b *txBatch) reset() { b.np, b.pos, b.n, b.from = 0, 0, 0, 0 }
 
 func (b *txBatch) write(fd uintptr) bool {
 	for b.from < b.n {

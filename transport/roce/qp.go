@@ -105,13 +105,9 @@ type qpDriver struct {
 	// txKicked: queued for the endpoint's sender goroutine.
 	txKicked atomic.Bool
 
-	// txMu serialises transmitting requests: the batches below. tx is
-	// the one being built (its composer holds its free token); txAlt,
-	// once a batch was handed to the writer goroutine, the other one (in
-	// flight there, or free).
+	// txMu serialises transmitting requests: the batch below.
 	txMu  sync.Mutex
 	tx    *txBatch
-	txAlt *txBatch
 	sport *net.UDPConn // the QP's own sending socket (nil: the endpoint's)
 	txPkt header.Packet
 	next  rcproto.Packet
@@ -276,7 +272,6 @@ func (d *qpDriver) teardown() {
 	d.rx.stop()
 	d.rxMu.Unlock()
 	d.txMu.Lock()
-	d.waitWriterLocked()
 	d.txMu.Unlock()
 }
 
@@ -455,7 +450,7 @@ func (d *qpDriver) flushLocked() {
 		d.mu.Unlock()
 		full := d.tx.buf() == nil
 		if n > 0 {
-			d.transmitLocked()
+			d.tx.send()
 		}
 		if !full {
 			if wait > 0 {
@@ -463,47 +458,6 @@ func (d *qpDriver) flushLocked() {
 			}
 			return
 		}
-	}
-}
-
-// handOffMin is the smallest batch of requests handed to the endpoint's
-// writer goroutine: smaller ones (a latency test's message) are written
-// by the composer itself, saving a thread wake-up.
-const handOffMin = 8
-
-// transmitLocked sends the batch flushLocked built (under txMu). Its
-// ICRCs are computed here; a large batch is then written by the
-// endpoint's writer goroutine while this one goes on composing into the
-// QP's other batch (so checksums and copies overlap with the kernel's
-// send path), a small one is written here, after the writer is done with
-// the QP's batch in flight (datagrams leave in order).
-func (d *qpDriver) transmitLocked() {
-	b := d.tx
-	b.prepare()
-	if b.np == 0 {
-		return // a test filter took them
-	}
-	if b.np >= handOffMin {
-		if d.txAlt == nil {
-			d.txAlt = newTxBatch(d.ep)
-			d.txAlt.raw, d.txAlt.local = b.raw, b.local
-			d.txAlt.free <- struct{}{}
-		}
-		d.ep.write(b)
-		d.tx, d.txAlt = d.txAlt, b
-		<-d.tx.free // the other batch, once the writer has sent it
-		return
-	}
-	d.waitWriterLocked()
-	b.transmit()
-}
-
-// waitWriterLocked waits until the writer goroutine has sent this QP's
-// batch in flight, if any (under txMu).
-func (d *qpDriver) waitWriterLocked() {
-	if d.txAlt != nil {
-		<-d.txAlt.free
-		d.txAlt.free <- struct{}{}
 	}
 }
 
