@@ -150,11 +150,10 @@ func (b *Batch) Done() <-chan struct{} {
 // carries on). It returns nil if all completed, else the first failure as
 // a *RequestError (errors.Join of all of them).
 func (b *Batch) Wait(ctx context.Context) error {
-	// The waiter reaps its own completions: it polls for up to waitSpin
-	// (a small transfer completes within it: tcp0's round trip is tens of
-	// microseconds) and costs no goroutine handoff, then hands over to
-	// the completion goroutines and sleeps. (Until everything is posted,
-	// SubmitAsync's goroutine owns b.qps, and hands over itself.)
+	// The waiter reaps its own completions: it polls for up to waitSpin,
+	// then hands over to the completion goroutines and sleeps. (Until
+	// everything is posted, SubmitAsync's goroutine owns b.qps, and hands
+	// over itself.)
 	if b.posted.Load() && b.pending.Load() != 0 {
 		b.spin(ctx)
 		if b.pending.Load() != 0 {
@@ -175,11 +174,13 @@ func (b *Batch) Wait(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// waitSpin is how long Wait polls before it sleeps: a sleeping
-// goroutine's wake-up costs tens of microseconds on a busy host (twice:
-// the completion goroutine's, then the waiter's), more than a small
-// transfer's round trip over tcp0.
-const waitSpin = 100 * time.Microsecond
+// waitSpin is how long Wait polls before it sleeps: what completes
+// within it (shm0 at once, a small transfer over tcp0 in about 20 µs)
+// costs no goroutine handoff, where sleeping costs two wake-ups (the
+// completion goroutine's, then the waiter's) of tens of microseconds
+// each on a busy host. Longer measured no better: the poller takes a
+// processor from the goroutines and processes that do the transfer.
+const waitSpin = 20 * time.Microsecond
 
 // spin polls b's QPs until b is done, ctx ends or waitSpin passes,
 // yielding the processor between polls (the goroutines and processes that
@@ -409,16 +410,20 @@ func (n *Node) post(ctx context.Context, b *Batch, plans []plan, handOver bool) 
 }
 
 // pickQP returns the QP of qps with the most free slots, the first of
-// them from start on (round robin among equals). An idle peer's requests go
-// to the same QP one after another: it's the QP whose
-// tcp0 reader (at both ends) is busy-polling, having just handled the
-// request before, where another QP's reader sleeps in the network poller
-// and costs a wake-up each way (an 8-byte Read batch: 27 µs against
-// 110-160 µs round robin). Under load the slices spread over all of them.
+// them from start on (round robin among equals) unless the first QP is
+// among them: an idle peer's small requests go to the same QP one after
+// another, the QP whose tcp0 reader, at both ends, having just handled
+// the request before, is the one busy-polling (when that is on:
+// Config.TCPBusyPoll) where another QP's sleeps in the network poller.
+// Under load slices spread over all of them.
 func pickQP(qps []*qpConn, start int) *qpConn {
-	best := qps[0]
-	for _, qc := range qps[1:] {
-		if len(qc.free) > len(best.free) {
+	if qc := qps[0]; len(qc.free) == cap(qc.free) {
+		return qc
+	}
+	var best *qpConn
+	for k := range qps {
+		qc := qps[(start+k)%len(qps)]
+		if best == nil || len(qc.free) > len(best.free) {
 			best = qc
 		}
 	}
