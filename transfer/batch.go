@@ -140,7 +140,8 @@ func (b *Batch) Status(i int) (Status, error) {
 	return s, b.errs[i]
 }
 
-// Done is closed when every request is final.
+// Done is closed when every request is final. (Asking for it has the
+// node's goroutines reap the batch, which Wait otherwise does itself.)
 func (b *Batch) Done() <-chan struct{} {
 	b.handOver()
 	return b.done
