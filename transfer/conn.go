@@ -458,6 +458,7 @@ func (n *Node) janitor() {
 			for _, qc := range p.qps {
 				if len(qc.free) < cap(qc.free) {
 					busy = true
+					qc.wake() // in flight and perhaps nobody waiting: reap it
 				}
 			}
 			if !busy && now-p.used.Load() > int64(n.cfg.IdleTimeout) {

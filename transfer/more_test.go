@@ -349,3 +349,91 @@ func TestMetaRetries(t *testing.T) {
 		t.Fatalf("after a delete: %v", err)
 	}
 }
+
+// TestCompletionWithoutWait: a batch Submit posted completes without a
+// Wait: the completion goroutines reap it once Done or Status is asked,
+// or else once the janitor finds the QPs busy.
+func TestCompletionWithoutWait(t *testing.T) {
+	ctx := context.Background()
+	for _, dev := range []string{"shm0", "tcp0"} {
+		t.Run(dev, func(t *testing.T) {
+			var nodes []*Node
+			for i := 0; i < 2; i++ {
+				cfg := Config{Name: fmt.Sprintf("n%d", i), Secret: secret, ArenaSize: 1 << 30, Devices: []string{dev},
+					SliceSize: 64 << 10, IdleTimeout: 400 * time.Millisecond}
+				if i > 0 {
+					cfg.MetadataAddr = nodes[0].Addr()
+				}
+				n, err := New(ctx, cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer n.Close()
+				nodes = append(nodes, n)
+			}
+			seg, _ := nodes[0].AllocSegment(ctx, "s", 1<<20)
+			fill(seg.Bytes(), 3)
+			buf, _ := nodes[1].AllocMR(1 << 20)
+			reqs := []Request{{Local: buf, Segment: "s", Length: 1 << 20}}
+			deadline := time.After(10 * time.Second)
+			// Done alone.
+			b, err := nodes[1].Submit(ctx, reqs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-b.Done():
+			case <-deadline:
+				t.Fatal("Done never closed")
+			}
+			// Status alone.
+			if b, err = nodes[1].Submit(ctx, reqs); err != nil {
+				t.Fatal(err)
+			}
+			for {
+				s, err := b.Status(0)
+				if s == Completed {
+					break
+				}
+				if s.Final() {
+					t.Fatalf("status %v: %v", s, err)
+				}
+				select {
+				case <-deadline:
+					t.Fatalf("still %v", s)
+				case <-time.After(time.Millisecond):
+				}
+			}
+			// Neither: the janitor (every IdleTimeout/4) hands it over.
+			if b, err = nodes[1].Submit(ctx, reqs); err != nil {
+				t.Fatal(err)
+			}
+			for b.pending.Load() != 0 {
+				select {
+				case <-deadline:
+					t.Fatal("never reaped")
+				case <-time.After(time.Millisecond):
+				}
+			}
+			if err := b.Wait(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(buf.Bytes(), seg.Bytes()) {
+				t.Fatal("data differs")
+			}
+		})
+	}
+}
+
+func TestBusyPollConfig(t *testing.T) {
+	t.Setenv("RDMAKIT_TCP_BUSY_POLL", "")
+	for _, c := range []struct{ in, want time.Duration }{{0, -1}, {-1, -1}, {30 * time.Microsecond, 30 * time.Microsecond}} {
+		if got := (Config{TCPBusyPoll: c.in}).busyPoll(); got != c.want {
+			t.Errorf("TCPBusyPoll %v: %v, want %v", c.in, got, c.want)
+		}
+	}
+	t.Setenv("RDMAKIT_TCP_BUSY_POLL", "50us")
+	if got := (Config{}).busyPoll(); got != 0 {
+		t.Errorf("with the environment set: %v, want 0 (verbs reads it)", got)
+	}
+}

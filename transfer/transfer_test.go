@@ -33,7 +33,7 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func cluster(t *testing.T, dev string, k int) []*Node {
+func cluster(t testing.TB, dev string, k int) []*Node {
 	t.Helper()
 	ctx := context.Background()
 	cfg := Config{Secret: secret, ArenaSize: 1 << 30, LeaseTTL: time.Second, PeerTimeout: time.Second, SliceSize: 64 << 10}

@@ -384,10 +384,17 @@ func TestAllocator(t *testing.T) {
 
 // TestConcurrentSameKeys: writers, readers and removers on the same few
 // keys; every value read is whole (one Put's bytes, never a mix).
+// Over tcp0 as well (there every Get goes through the master).
 func TestConcurrentSameKeys(t *testing.T) {
+	for _, dev := range []string{"shm0", "tcp0"} {
+		t.Run(dev, func(t *testing.T) { testConcurrentSameKeys(t, dev) })
+	}
+}
+
+func testConcurrentSameKeys(t *testing.T, dev string) {
 	ctx := context.Background()
-	ss := cluster(t, "shm0", 3, 4<<20, nil)
-	clients := []*Store{ss[1], ss[2], client(t, "shm0", ss[0].Addr())}
+	ss := cluster(t, dev, 3, 4<<20, nil)
+	clients := []*Store{ss[1], ss[2], client(t, dev, ss[0].Addr())}
 	keys := [][]byte{[]byte("k0"), []byte("k1"), []byte("k2")}
 	var wg sync.WaitGroup
 	var mu sync.Mutex
