@@ -42,7 +42,7 @@
 // with go-back-N, the local ACK timeout with retry_cnt, RNR NAK with the
 // IBTA timer table and rnr_retry, duplicate detection, READs re-executed
 // and atomics replayed from the saved result, max_rd_atomic. At most
-// 256 request packets are outstanding per QP. Packets are built and
+// 1024 request packets are outstanding per QP. Packets are built and
 // parsed by transport/roce/header; every packet's ICRC is checked (and
 // counted when wrong, see Stats). Datagrams are sent with DF set and ECT(0)
 // marked; a request that arrives CE-marked is answered with a congestion

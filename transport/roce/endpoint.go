@@ -38,8 +38,9 @@ const (
 	// maxPacket is the largest UDP payload sent or accepted: a 4096-byte
 	// MTU and the longest header set.
 	maxPacket = 4096 + 64
-	// sockBuf is the socket buffer size asked for each way.
-	sockBuf = 4 << 20
+	// sockBuf is the socket buffer size asked for each way: a window of
+	// requests (4 MiB) and room to spare.
+	sockBuf = 8 << 20
 	// tosECT is the traffic class of every datagram: ECN-capable (ECT(0)).
 	tosECT  = 0x02
 	ecnMask = 0x03
