@@ -544,19 +544,23 @@ func (qp *QP) PostSend(wrs []SendWR) error {
 		qp.mu.Unlock()
 		return postErr(0, ErrInvalidState, "QP is %s, send needs RTS", s)
 	}
-	var err error
-	posted := 0
-	for i := range wrs {
-		if err = qp.prepare(i, &wrs[i]); err != nil {
-			break
-		}
-		posted++
-	}
+	posted, err := qp.prepareAll(wrs)
 	qp.mu.Unlock()
 	if posted > 0 {
 		qp.drv.PostSend()
 	}
 	return err
+}
+
+// prepareAll prepares wrs in order until one fails; it returns how
+// many were prepared and the failure.
+func (qp *QP) prepareAll(wrs []SendWR) (int, error) {
+	for i := range wrs {
+		if err := qp.prepare(i, &wrs[i]); err != nil {
+			return i, err
+		}
+	}
+	return len(wrs), nil
 }
 
 // postLocked is PostSend for a LockedExecutor: the work requests are
@@ -582,14 +586,7 @@ func (qp *QP) postLocked(wrs []SendWR) error {
 		qp.xl.Unlock()
 		return postErr(0, ErrInvalidState, "QP is %s, send needs RTS", s)
 	}
-	var err error
-	posted := 0
-	for i := range wrs {
-		if err = qp.prepare(i, &wrs[i]); err != nil {
-			break
-		}
-		posted++
-	}
+	posted, err := qp.prepareAll(wrs)
 	if posted > 0 {
 		qp.xl.RunLocked()
 	}
