@@ -62,8 +62,8 @@ type watch struct {
 // bandwidth loop spins blockRoce empty polls (tens of µs on a host; under
 // an emulator far longer) and then waits in the driver, so that the
 // spinner does not take the CPU those goroutines need: in the 2-CPU test
-// VM, write_bw 64 KiB against rxe's went from 0.73 to 0.85 with -e, and
-// from 0.81 to 0.87 (medians of 3) this way, 2026-11-30. With more CPUs
+// VM, write_bw 64 KiB against rxe's went from 0.70 to 0.81 with -e, and
+// from 0.81 to 0.86 (medians of 3) this way, 2026-11-30. With more CPUs
 // it spins, as on every other transport.
 const (
 	gosEvery    = 256

@@ -43,7 +43,7 @@ const (
 	// 1024 (4 MiB at a 4096-byte MTU) rather than the 256 of before: a
 	// round trip crosses several goroutine wake-ups on each side. In the
 	// test VM write_bw 64 KiB went from 0.95 to 1.02 of rxe's, on the
-	// host loopback from 3077 to 3419 MiB/s (medians, 2026-11-30).
+	// host loopback from 3077 to 3417 MiB/s (medians of 6, 2026-11-30).
 	window    = 1024
 	minWindow = 32
 	// readRing bounds the READs whose PSNs are remembered (at least
