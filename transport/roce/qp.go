@@ -555,29 +555,20 @@ func (d *qpDriver) buildLocked(buf []byte, p *rcproto.Packet) int {
 // gather copies len(dst) bytes of e's local gather list from offset off,
 // each segment under its key.
 func (d *qpDriver) gather(dst []byte, e *soft.SendEntry, off int) bool {
-	for i, s := range e.Local {
-		if len(dst) == 0 {
-			break
-		}
-		if off >= len(s) {
-			off -= len(s)
-			continue
-		}
-		if !d.ltab.EnterOpt(e.Pins[i]) {
-			return false
-		}
-		c := copy(dst, s[off:])
-		d.ltab.LeaveOpt(e.Pins[i])
-		dst = dst[c:]
-		off = 0
-	}
-	return true
+	return d.copyLocal(e, off, dst, false)
 }
 
 // scatter copies src into e's local scatter list at offset off.
 func (d *qpDriver) scatter(e *soft.SendEntry, off int, src []byte) bool {
+	return d.copyLocal(e, off, src, true)
+}
+
+// copyLocal copies between b and e's local segments from offset off, into
+// the segments when in is set, out of them otherwise, each segment under
+// its key; false when a key went away.
+func (d *qpDriver) copyLocal(e *soft.SendEntry, off int, b []byte, in bool) bool {
 	for i, s := range e.Local {
-		if len(src) == 0 {
+		if len(b) == 0 {
 			break
 		}
 		if off >= len(s) {
@@ -587,12 +578,17 @@ func (d *qpDriver) scatter(e *soft.SendEntry, off int, src []byte) bool {
 		if !d.ltab.EnterOpt(e.Pins[i]) {
 			return false
 		}
-		c := copy(s[off:], src)
+		var c int
+		if in {
+			c = copy(s[off:], b)
+		} else {
+			c = copy(b, s[off:])
+		}
 		d.ltab.LeaveOpt(e.Pins[i])
-		src = src[c:]
+		b = b[c:]
 		off = 0
 	}
-	return len(src) == 0
+	return true
 }
 
 // noteRead remembers where a READ's response PSNs start.
