@@ -403,3 +403,15 @@ func (c *Context) extMemory(index uint32) []byte {
 	}
 	return nil
 }
+
+// Limits fills in the limits every software device has because the soft
+// engine sets them (queue pairs, work requests, scatter/gather entries,
+// CQs, MRs, PDs, SRQs, inline data and message size) and returns d; the
+// transport sets the rest (region size, atomic scope, capabilities).
+func Limits(d driver.DeviceInfo) driver.DeviceInfo {
+	d.MaxQP, d.MaxQPWR, d.MaxSGE = 1<<16, driver.MaxQPWR, driver.MaxSGE
+	d.MaxCQ, d.MaxCQE, d.MaxMR, d.MaxPD = 1<<16, 1<<20, MaxMR, 1<<16
+	d.MaxSRQ, d.MaxSRQWR = 1<<16, driver.MaxQPWR
+	d.MaxInline, d.MaxMsgSize = driver.MaxInline, driver.MaxMsgSize
+	return d
+}

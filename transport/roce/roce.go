@@ -127,26 +127,15 @@ func deviceInfo(i int, f iface) verbs.DeviceInfo {
 		b := a.As16() // IPv4 as IPv4-mapped: the RoCEv2 GID of an IPv4 address
 		gids = append(gids, net.IP(b[:]))
 	}
-	return verbs.DeviceInfo{
-		Name:       "roce" + strconv.Itoa(i),
-		Transport:  transportName,
-		NodeType:   "Software",
-		NodeGUID:   nodeGUID + uint64(i),
-		FWVersion:  "rdmakit-roce 1 (RoCEv2 on " + f.name + ")",
-		VendorID:   0,
-		MaxMRSize:  1 << 40,
-		MaxQP:      1 << 16,
-		MaxQPWR:    verbs.MaxQPWR,
-		MaxSGE:     verbs.MaxSGE,
-		MaxCQ:      1 << 16,
-		MaxCQE:     1 << 20,
-		MaxMR:      soft.MaxMR,
-		MaxPD:      1 << 16,
-		MaxSRQ:     1 << 16,
-		MaxSRQWR:   verbs.MaxQPWR,
-		MaxInline:  verbs.MaxInline,
-		AtomicCap:  verbs.AtomicHCA,
-		MaxMsgSize: verbs.MaxMsgSize,
+	return soft.Limits(verbs.DeviceInfo{
+		Name:      "roce" + strconv.Itoa(i),
+		Transport: transportName,
+		NodeType:  "Software",
+		NodeGUID:  nodeGUID + uint64(i),
+		FWVersion: "rdmakit-roce 1 (RoCEv2 on " + f.name + ")",
+		VendorID:  0,
+		MaxMRSize: 1 << 40,
+		AtomicCap: verbs.AtomicHCA,
 		Caps: verbs.CapImmediate | verbs.CapAtomics | verbs.CapRNRRetry | verbs.CapSeparateKeys | verbs.CapSRQ |
 			verbs.CapRemoteErrorCompletion | verbs.CapMultiSGERead | verbs.CapZeroLengthRead | verbs.CapRemoteAccessChecks |
 			verbs.CapStrictStatus | verbs.CapRegisterCallerMemory | verbs.CapNetwork,
@@ -159,7 +148,7 @@ func deviceInfo(i int, f iface) verbs.DeviceInfo {
 			GIDs:      gids,
 			Addrs:     []string{f.name},
 		}},
-	}
+	})
 }
 
 func (driver) Devices() ([]verbs.DeviceInfo, error) {

@@ -41,25 +41,14 @@ type driver struct{}
 func (driver) Name() string { return "shm" }
 
 func (driver) Devices() ([]verbs.DeviceInfo, error) {
-	return []verbs.DeviceInfo{{
-		Name:       DeviceName,
-		Transport:  "shm",
-		NodeType:   "Software",
-		NodeGUID:   guid(),
-		FWVersion:  "rdmakit-shm",
-		MaxMRSize:  uint64(1) << 36,
-		MaxQP:      1 << 16,
-		MaxQPWR:    verbs.MaxQPWR,
-		MaxSGE:     verbs.MaxSGE,
-		MaxCQ:      1 << 16,
-		MaxCQE:     1 << 20,
-		MaxMR:      soft.MaxMR,
-		MaxPD:      1 << 16,
-		MaxSRQ:     1 << 16,
-		MaxSRQWR:   verbs.MaxQPWR,
-		MaxInline:  verbs.MaxInline,
-		AtomicCap:  verbs.AtomicGlob,
-		MaxMsgSize: verbs.MaxMsgSize,
+	return []verbs.DeviceInfo{soft.Limits(verbs.DeviceInfo{
+		Name:      DeviceName,
+		Transport: "shm",
+		NodeType:  "Software",
+		NodeGUID:  guid(),
+		FWVersion: "rdmakit-shm",
+		MaxMRSize: uint64(1) << 36,
+		AtomicCap: verbs.AtomicGlob,
 		Caps: verbs.CapImmediate | verbs.CapAtomics | verbs.CapRNRRetry | verbs.CapSeparateKeys | verbs.CapSRQ |
 			verbs.CapRemoteErrorCompletion | verbs.CapMultiSGERead | verbs.CapZeroLengthRead | verbs.CapRemoteAccessChecks | verbs.CapStrictStatus |
 			verbs.CapSameHost | verbs.CapWriteOnPost,
@@ -67,7 +56,7 @@ func (driver) Devices() ([]verbs.DeviceInfo, error) {
 			Num: 1, State: verbs.PortActive, MaxMTU: verbs.MTU4096, ActiveMTU: verbs.MTU4096,
 			LinkLayer: "Memory", Addrs: []string{fmt.Sprintf("host %s", bootID()[:8])},
 		}},
-	}}, nil
+	})}, nil
 }
 
 var bootOnce = sync.OnceValue(func() string {

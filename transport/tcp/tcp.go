@@ -82,25 +82,14 @@ var nodeGUID = func() uint64 {
 }()
 
 func deviceInfo() verbs.DeviceInfo {
-	return verbs.DeviceInfo{
-		Name:       deviceName,
-		Transport:  transportName,
-		NodeType:   "Software",
-		NodeGUID:   nodeGUID,
-		FWVersion:  "rdmakit-tcp 1",
-		MaxMRSize:  1 << 40,
-		MaxQP:      1 << 16,
-		MaxQPWR:    verbs.MaxQPWR,
-		MaxSGE:     verbs.MaxSGE,
-		MaxCQ:      1 << 16,
-		MaxCQE:     1 << 20,
-		MaxMR:      soft.MaxMR,
-		MaxPD:      1 << 16,
-		MaxSRQ:     1 << 16,
-		MaxSRQWR:   verbs.MaxQPWR,
-		MaxInline:  verbs.MaxInline,
-		AtomicCap:  verbs.AtomicHCA,
-		MaxMsgSize: verbs.MaxMsgSize,
+	return soft.Limits(verbs.DeviceInfo{
+		Name:      deviceName,
+		Transport: transportName,
+		NodeType:  "Software",
+		NodeGUID:  nodeGUID,
+		FWVersion: "rdmakit-tcp 1",
+		MaxMRSize: 1 << 40,
+		AtomicCap: verbs.AtomicHCA,
 		Caps: verbs.CapImmediate | verbs.CapAtomics | verbs.CapRNRRetry | verbs.CapSeparateKeys | verbs.CapSRQ |
 			verbs.CapRemoteErrorCompletion | verbs.CapMultiSGERead | verbs.CapZeroLengthRead | verbs.CapRemoteAccessChecks | verbs.CapStrictStatus |
 			verbs.CapRegisterCallerMemory | verbs.CapNetwork,
@@ -113,7 +102,7 @@ func deviceInfo() verbs.DeviceInfo {
 			GIDs:      localIPs(),
 			Addrs:     []string{listenAddr()},
 		}},
-	}
+	})
 }
 
 // localIPs lists the IPs of the host's interfaces (best effort).
