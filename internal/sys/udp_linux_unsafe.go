@@ -58,13 +58,7 @@ func (b *UDPBatch) SendBatch(fd, from, n int) (int, error) {
 		return 0, nil
 	}
 	for i := from; i < n; i++ {
-		h := &b.hdrs[i].Hdr
-		*h = unix.Msghdr{}
-		b.iovs[i].Base = unsafe.SliceData(b.Bufs[i])
-		b.iovs[i].SetLen(len(b.Bufs[i]))
-		h.Iov = &b.iovs[i]
-		h.Iovlen = 1
-		h.Name = (*byte)(unsafe.Pointer(&b.names[i]))
+		h := b.header(i)
 		h.Namelen = b.setName(i, b.Addrs[i])
 		if b.Seg[i] != 0 {
 			c := b.ctl[i][:unix.CmsgSpace(2)]
@@ -95,18 +89,25 @@ func (b *UDPBatch) SendBatch(fd, from, n int) (int, error) {
 	}
 }
 
+// header resets message i's header to Bufs[i] as its one buffer and
+// names[i] as its address (the caller sets the address length).
+func (b *UDPBatch) header(i int) *unix.Msghdr {
+	h := &b.hdrs[i].Hdr
+	*h = unix.Msghdr{}
+	b.iovs[i].Base = unsafe.SliceData(b.Bufs[i])
+	b.iovs[i].SetLen(len(b.Bufs[i]))
+	h.Iov = &b.iovs[i]
+	h.Iovlen = 1
+	h.Name = (*byte)(unsafe.Pointer(&b.names[i]))
+	return h
+}
+
 // RecvBatch receives up to n datagrams into Bufs[:n] with one
 // recvmmsg(2), without waiting, and sets their Lens, Addrs and TOS. It
 // returns ErrAgain when nothing is there.
 func (b *UDPBatch) RecvBatch(fd, n int) (int, error) {
 	for i := 0; i < n; i++ {
-		h := &b.hdrs[i].Hdr
-		*h = unix.Msghdr{}
-		b.iovs[i].Base = unsafe.SliceData(b.Bufs[i])
-		b.iovs[i].SetLen(len(b.Bufs[i]))
-		h.Iov = &b.iovs[i]
-		h.Iovlen = 1
-		h.Name = (*byte)(unsafe.Pointer(&b.names[i]))
+		h := b.header(i)
 		h.Namelen = unix.SizeofSockaddrInet6
 		h.Control = &b.ctl[i][0]
 		h.SetControllen(ctlLen)
