@@ -181,6 +181,11 @@ func (l *latLoop) runWrite() error {
 	l.wr[0].Flags |= verbs.SendSignaled
 	wait := func(seq byte, progress uint64) (bool, error) {
 		for spins := 0; byte(sys.Load32(mem, word)>>shift) != seq; spins++ {
+			// A software transport whose progress runs on the polling
+			// goroutine (roce) receives the peer's write here; the send
+			// CQ is empty (its one completion was taken), so a poll with
+			// no room takes nothing.
+			l.e.scq.Poll(nil)
 			if spins%gosEvery == gosEvery-1 && l.over() {
 				return false, nil
 			}

@@ -52,18 +52,13 @@ func (cq *CQ) Cap() int { return cq.r.Cap() }
 
 // Poll moves up to len(wcs) completions into wcs and returns how many. It
 // never blocks and never allocates. Once the CQ has overflowed, Poll
-// returns what is left and then ErrCQOverflow.
+// returns what is left and then ErrCQOverflow. When it finds nothing, a
+// Progresser transport does its pending work on the calling goroutine
+// first; Poll with no room (len(wcs) == 0) does only that.
 func (cq *CQ) Poll(wcs []WorkCompletion) (int, error) {
-	var buf [rc.WCSize]byte
-	var w rc.WC
-	n := 0
-	for n < len(wcs) && cq.r.TryPop(buf[:]) {
-		w.Decode(buf[:])
-		wcs[n] = WorkCompletion{
-			WRID: w.WRID, Status: Status(w.Status), Opcode: WCOpcode(w.Opcode),
-			ByteLen: w.ByteLen, Imm: w.Imm, Flags: WCFlags(w.Flags), QPNum: w.QPN, SrcQP: w.SrcQP,
-		}
-		n++
+	n := cq.pop(wcs)
+	if n == 0 && cq.ctx.progress != nil && cq.ctx.progress.Progress() && len(wcs) > 0 {
+		n = cq.pop(wcs)
 	}
 	if s := cq.ctx.stats; s != nil {
 		s.Completions(wcs[:n])
@@ -77,6 +72,22 @@ func (cq *CQ) Poll(wcs []WorkCompletion) (int, error) {
 		}
 	}
 	return n, nil
+}
+
+// pop moves up to len(wcs) completions from the ring into wcs.
+func (cq *CQ) pop(wcs []WorkCompletion) int {
+	var buf [rc.WCSize]byte
+	var w rc.WC
+	n := 0
+	for n < len(wcs) && cq.r.TryPop(buf[:]) {
+		w.Decode(buf[:])
+		wcs[n] = WorkCompletion{
+			WRID: w.WRID, Status: Status(w.Status), Opcode: WCOpcode(w.Opcode),
+			ByteLen: w.ByteLen, Imm: w.Imm, Flags: WCFlags(w.Flags), QPNum: w.QPN, SrcQP: w.SrcQP,
+		}
+		n++
+	}
+	return n
 }
 
 // Wait blocks until at least one completion is available (verbs has

@@ -4,18 +4,29 @@ package roce
 //
 // Goroutines: one progress goroutine per endpoint (run), and one sender
 // goroutine (sender) that transmits requests for the QPs the progress
-// goroutine hands it (kick). The progress goroutine receives
-// datagrams in batches (recvmmsg), checks and dispatches them to queue
-// pairs by destination QP number: requests to the QP's responder (which
-// this goroutine alone runs, under the QP's rxMu), responses to its
-// requester (under the QP's mu). Responses it owes are gathered in its own
-// transmit batch and sent (sendmmsg) when the batch is full and after
-// each receive batch, so ACKs coalesce under load and leave at once
-// otherwise. Requests are sent by whoever makes them possible (PostSend's
-// caller, the timer), each QP with its own batch under its txMu; when an
-// ACK makes them possible, by the sender goroutine, so that composing
-// and checksumming a window of data (the larger part of a bandwidth
-// run's work) overlaps with receiving on another core.
+// goroutine hands it (kick). Receiving is a step (step): one batch of
+// datagrams (recvmmsg), checked and dispatched to queue pairs by
+// destination QP number: requests to the QP's responder (under the QP's
+// rxMu), responses to its requester (under the QP's mu). Responses owed
+// are gathered in the endpoint's transmit batch and sent (sendmmsg) when
+// the batch is full and after each step, so ACKs coalesce under load and
+// leave at once otherwise.
+//
+// Who steps: whoever holds stepMu. The progress goroutine steps when the
+// socket becomes readable; a goroutine that polls a CQ of a context on
+// this endpoint and finds it empty steps too (Progress, through
+// soft.Progresser), so that an application that spins on its CQ receives
+// its ACKs and sends what they let go on its own thread, with no
+// goroutine to wake, as the tcp transport's sender writes its socket
+// itself. A progress goroutine that finds stepMu held sets missed and
+// goes back to waiting; the holder steps again when it lets go, so a
+// datagram that made the socket readable is never left behind.
+//
+// Requests are sent by whoever makes them possible: PostSend's caller,
+// the timer, a polling goroutine after an ACK it received; when the
+// progress goroutine received the ACK, by the sender goroutine, so that
+// composing and checksumming a window of data (the larger part of a
+// bandwidth run's work) overlaps with receiving on another core.
 //
 // Contexts opened with the same bind address share one endpoint
 // (refcounted): a UDP port can be bound once.
@@ -25,9 +36,11 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/rdmakit/rdmakit/internal/sys"
 	"github.com/rdmakit/rdmakit/transport/roce/header"
@@ -58,17 +71,18 @@ type Counters struct {
 	TxCNP, RxCNP         uint64 // congestion notifications sent and received
 	Retransmits          uint64 // request packets sent again
 	SendErrors           uint64 // datagrams the socket refused (dropped)
+	RxPolled             uint64 // of RxPackets, received by a goroutine polling a CQ (Progress)
 }
 
 type counters struct {
-	rxPackets, txPackets, rxBadICRC, rxMalformed, rxUnknownQP, rxIDRecovered, rxCE, txCNP, rxCNP, retransmits, sendErrors atomic.Uint64
+	rxPackets, txPackets, rxBadICRC, rxMalformed, rxUnknownQP, rxIDRecovered, rxCE, txCNP, rxCNP, retransmits, sendErrors, rxPolled atomic.Uint64
 }
 
 func (c *counters) snapshot() Counters {
 	return Counters{RxPackets: c.rxPackets.Load(), TxPackets: c.txPackets.Load(), RxBadICRC: c.rxBadICRC.Load(),
 		RxMalformed: c.rxMalformed.Load(), RxUnknownQP: c.rxUnknownQP.Load(), RxIDRecovered: c.rxIDRecovered.Load(),
 		RxCE: c.rxCE.Load(), TxCNP: c.txCNP.Load(), RxCNP: c.rxCNP.Load(), Retransmits: c.retransmits.Load(),
-		SendErrors: c.sendErrors.Load()}
+		SendErrors: c.sendErrors.Load(), RxPolled: c.rxPolled.Load()}
 }
 
 // Stats returns the packet counters of the roce context ctx's device
@@ -118,17 +132,28 @@ type endpoint struct {
 	kickc  chan struct{}
 	stop   chan struct{}
 
-	// Progress goroutine only.
+	// stepMu is held by whoever steps (the progress goroutine or a
+	// poller) and guards the fields below it. missed: the progress
+	// goroutine found it held after the socket became readable.
+	// closed: the socket was closed under a step.
+	missed  atomic.Bool
+	closed  atomic.Bool
+	stepMu  sync.Mutex
 	rx      sys.UDPBatch
 	tx      *txBatch
 	hasher  header.Hasher
 	pkt     header.Packet
 	touched []*qpDriver
 	backlog []*qpDriver // QPs with responses left to send
-	block   bool        // the next receive may wait
-	recvFn  func(fd uintptr) bool
-	recvN   int
-	recvErr error
+	inline  bool        // a poller steps: it sends what ACKs let go itself
+	more    bool        // the last step's batch was full: the socket may hold more
+	didStep bool        // the last step received something
+
+	// Set once: the progress goroutine's raw.Read callback, and a
+	// poller's raw.Control one (raw.Read would queue behind the progress
+	// goroutine's wait: the socket's read lock is held while it waits).
+	recvFn func(fd uintptr) bool
+	pollFn func(fd uintptr)
 }
 
 // Filter sees every datagram an endpoint sends, for tests that make the
@@ -145,6 +170,9 @@ var (
 	testRx func(from netip.AddrPort, p *header.Packet)
 	// testDropRx drops arriving datagrams as it says (tests).
 	testDropRx func() bool
+	// testPollOnly leaves all receiving to pollers (tests): the progress
+	// goroutine behaves as if it always found stepMu held.
+	testPollOnly atomic.Bool
 )
 
 func acquire(bind netip.AddrPort, mtu verbs.MTU) (*endpoint, error) {
@@ -231,7 +259,7 @@ func newEndpoint(bind netip.AddrPort, mtu verbs.MTU) (*endpoint, error) {
 		ep.rx.Bufs[i] = pool[i*rxBuf : (i+1)*rxBuf : (i+1)*rxBuf]
 	}
 	ep.tx = newTxBatch(ep)
-	ep.recvFn = ep.rawRecv
+	ep.recvFn, ep.pollFn = ep.rawRecv, ep.pollRecv
 	ep.kickc, ep.stop = make(chan struct{}, 1), make(chan struct{})
 	ep.wg.Add(2)
 	go ep.run()
@@ -239,8 +267,13 @@ func newEndpoint(bind netip.AddrPort, mtu verbs.MTU) (*endpoint, error) {
 	return ep, nil
 }
 
-// kick hands d to the sender goroutine, which flushes it.
+// kick hands d to the sender goroutine, which flushes it; a poller that
+// steps (under stepMu) flushes it itself.
 func (ep *endpoint) kick(d *qpDriver) {
+	if ep.inline {
+		d.flush()
+		return
+	}
 	if d.txKicked.Swap(true) {
 		return // queued already
 	}
@@ -306,9 +339,158 @@ func (ep *endpoint) removeQP(d *qpDriver) {
 	ep.qps.Store(&m)
 }
 
+// rawRecv is the progress goroutine's raw.Read callback: it steps
+// unless a poller is stepping (then the poller steps again for it), and
+// asks to be called again at once (true) while there may be more to do,
+// or to wait until the socket is readable (false).
 func (ep *endpoint) rawRecv(fd uintptr) bool {
-	ep.recvN, ep.recvErr = ep.rx.RecvBatch(int(fd), sys.MaxBatch)
-	return ep.recvErr != sys.ErrAgain || !ep.block
+	if testPollOnly.Load() {
+		ep.missed.Store(true)
+		return false
+	}
+	if !ep.stepMu.TryLock() {
+		ep.missed.Store(true)
+		if !ep.stepMu.TryLock() {
+			return false // the holder steps again when it lets go
+		}
+	}
+	ep.missed.Store(false)
+	ep.step(fd)
+	again := ep.more || len(ep.backlog) > 0 || ep.closed.Load()
+	ep.stepMu.Unlock()
+	return again
+}
+
+// pollRecv is a poller's raw.Control callback: one step (the socket is
+// non-blocking).
+func (ep *endpoint) pollRecv(fd uintptr) { ep.step(fd) }
+
+// run is the progress goroutine.
+func (ep *endpoint) run() {
+	defer ep.wg.Done()
+	for !ep.closed.Load() {
+		if err := ep.raw.Read(ep.recvFn); err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				// A poller left work behind and woke this goroutine
+				// (wake): recvFn runs again before the next wait.
+				ep.conn.SetReadDeadline(time.Time{})
+				continue
+			}
+			return // closed
+		}
+	}
+}
+
+// pollSteps bounds the steps of one Progress call: a poller that keeps
+// finding full batches hands the rest to the progress goroutine.
+const pollSteps = 4
+
+// Progress steps on the calling goroutine, which polls a CQ of a context
+// on this endpoint and found it empty (soft.Progresser): it reports
+// whether it received anything. It never waits: when the progress
+// goroutine (or another poller) is stepping, it returns at once.
+func (ep *endpoint) Progress() bool {
+	if !ep.stepMu.TryLock() {
+		return false
+	}
+	did := ep.pollLocked()
+	return ep.endTurn() || did
+}
+
+// endTurn ends a poller's turn (it holds stepMu) and takes another while
+// the progress goroutine found stepMu held meanwhile, and nobody else
+// holds it now: the datagram that woke the progress goroutine may be
+// behind the poller's last receive.
+func (ep *endpoint) endTurn() (did bool) {
+	for ep.unlockPoll() && ep.stepMu.TryLock() {
+		did = ep.pollLocked() || did
+	}
+	return did
+}
+
+// pollLocked is a poller's turn under stepMu: up to pollSteps steps.
+func (ep *endpoint) pollLocked() (did bool) {
+	ep.missed.Store(false)
+	ep.inline = true
+	for i := 0; i < pollSteps; i++ {
+		if err := ep.raw.Control(ep.pollFn); err != nil {
+			break
+		}
+		did = did || ep.didStep
+		if !ep.more {
+			break
+		}
+	}
+	ep.inline = false
+	return did
+}
+
+// unlockPoll ends a poller's turn: it lets go of stepMu, wakes the
+// progress goroutine if the turn left work behind, and reports whether
+// the progress goroutine found stepMu held meanwhile (then the poller
+// takes another turn, or leaves it to whoever holds stepMu now).
+func (ep *endpoint) unlockPoll() bool {
+	left := ep.more || len(ep.backlog) > 0
+	ep.stepMu.Unlock()
+	if left {
+		ep.wake()
+	}
+	return ep.missed.Load()
+}
+
+// wake makes the progress goroutine step even if the socket does not
+// become readable again: a poller left datagrams or a backlog behind.
+func (ep *endpoint) wake() {
+	ep.conn.SetReadDeadline(time.Unix(1, 0))
+}
+
+// step receives one batch of datagrams, runs them through their QPs and
+// sends the responses they call for (under stepMu).
+func (ep *endpoint) step(fd uintptr) {
+	n, err := ep.rx.RecvBatch(int(fd), sys.MaxBatch)
+	ep.more, ep.didStep = false, false
+	switch {
+	case err == sys.ErrAgain:
+		n = 0
+	case errors.Is(err, net.ErrClosed) || errors.Is(err, syscall.EBADF):
+		ep.closed.Store(true)
+		return
+	case err != nil:
+		// E.g. ECONNREFUSED from an ICMP error: nothing to do, but the
+		// socket may hold datagrams behind it.
+		ep.more = true
+		return
+	}
+	ep.more, ep.didStep = n == sys.MaxBatch, n > 0
+	since := 0
+	for i := 0; i < n; i++ {
+		b := ep.rx.Bufs[i][:ep.rx.Lens[i]]
+		seg := int(ep.rx.Seg[i])
+		if seg == 0 {
+			seg = len(b)
+		}
+		for len(b) > 0 {
+			k := min(seg, len(b))
+			ep.input(b[:k], ep.rx.Addrs[i], ep.rx.TOS[i])
+			ep.stats.rxPackets.Add(1)
+			if ep.inline {
+				ep.stats.rxPolled.Add(1)
+			}
+			b = b[k:]
+			since++
+		}
+		if since >= ackEvery && i < n-1 {
+			// A long batch: answer what came so far before going on,
+			// so that the requester's window opens while this side
+			// is still busy (one ACK per batch would make the window
+			// a stop-and-wait unit).
+			ep.settle()
+			since = 0
+		}
+	}
+	ep.settle()
+	ep.serviceBacklog()
+	ep.flushTx()
 }
 
 // serviceBacklog sends the next burst of each backlogged QP's responses.
@@ -329,52 +511,6 @@ func (ep *endpoint) serviceBacklog() {
 	}
 	if len(ep.backlog) == 0 {
 		ep.backlog = b[:0]
-	}
-}
-
-// run is the progress goroutine.
-func (ep *endpoint) run() {
-	defer ep.wg.Done()
-	for {
-		ep.block = len(ep.backlog) == 0
-		if err := ep.raw.Read(ep.recvFn); err != nil {
-			return // closed
-		}
-		if ep.recvErr == sys.ErrAgain {
-			ep.recvN, ep.recvErr = 0, nil
-		}
-		if ep.recvErr != nil {
-			if errors.Is(ep.recvErr, net.ErrClosed) || errors.Is(ep.recvErr, syscall.EBADF) {
-				return
-			}
-			continue // e.g. ECONNREFUSED from an ICMP error: nothing to do
-		}
-		since := 0
-		for i := 0; i < ep.recvN; i++ {
-			b := ep.rx.Bufs[i][:ep.rx.Lens[i]]
-			seg := int(ep.rx.Seg[i])
-			if seg == 0 {
-				seg = len(b)
-			}
-			for len(b) > 0 {
-				k := min(seg, len(b))
-				ep.input(b[:k], ep.rx.Addrs[i], ep.rx.TOS[i])
-				ep.stats.rxPackets.Add(1)
-				b = b[k:]
-				since++
-			}
-			if since >= ackEvery && i < ep.recvN-1 {
-				// A long batch: answer what came so far before going on,
-				// so that the requester's window opens while this side
-				// is still busy (one ACK per batch would make the window
-				// a stop-and-wait unit).
-				ep.settle()
-				since = 0
-			}
-		}
-		ep.settle()
-		ep.serviceBacklog()
-		ep.flushTx()
 	}
 }
 

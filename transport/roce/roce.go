@@ -244,6 +244,10 @@ func (cd *ctxDriver) NewQP(qp *soft.QP) (soft.QPTransport, error) {
 
 func (cd *ctxDriver) Close() error { return cd.ep.release() }
 
+// Progress lets a goroutine polling an empty CQ step the endpoint
+// (soft.Progresser).
+func (cd *ctxDriver) Progress() bool { return cd.ep.Progress() }
+
 func ctxOf(ctx *verbs.Context) *ctxDriver {
 	if sc, ok := ctx.Driver().(*soft.Context); ok {
 		if cd, ok := sc.Transport().(*ctxDriver); ok {
