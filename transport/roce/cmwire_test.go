@@ -1,0 +1,144 @@
+package roce
+
+import (
+	"context"
+	"errors"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/rdmakit/rdmakit/transport/roce/internal/ibcm"
+	"github.com/rdmakit/rdmakit/verbs"
+)
+
+// cmPair connects two rdmakit roce QPs (two sockets on 127.0.0.1) through
+// the RDMA CM: DialCM on one, ListenCM/Accept on the other.
+func cmPair(t *testing.T, port uint16) (a, b *side, ca, cb *CMConn) {
+	t.Helper()
+	a = newSide(t, openTest(t), 1<<20)
+	b = newSide(t, openTest(t), 1<<20)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	l, err := ListenCM(b.ctx, nil, port, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	type res struct {
+		c   *CMConn
+		err error
+	}
+	acc := make(chan res, 1)
+	go func() {
+		c, err := l.Accept(ctx, b.qp)
+		acc <- res{c, err}
+	}()
+	la := LocalAddr(b.ctx)
+	ca, err = DialCM(ctx, a.qp, net.IP(la.Addr().AsSlice()), port, &CMOptions{UDPPort: la.Port()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := <-acc
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	t.Cleanup(func() { ca.Close(); r.c.Close() })
+	return a, b, ca, r.c
+}
+
+// TestCMWire: rdmakit to rdmakit through the RDMA CM's MADs over QP 1;
+// then a Write, a Read and a Send travel on the connected QPs; the
+// client's Close disconnects the server (its QP goes to ERROR).
+func TestCMWire(t *testing.T) {
+	needDevices(t)
+	a, b, ca, cb := cmPair(t, 7174)
+	if a.qp.State() != verbs.QPRTS || b.qp.State() != verbs.QPRTS {
+		t.Fatalf("states %v %v", a.qp.State(), b.qp.State())
+	}
+	if ca.PeerQPN() != b.qp.Num() || cb.PeerQPN() != a.qp.Num() {
+		t.Fatalf("peer QPNs %#x %#x, want %#x %#x", ca.PeerQPN(), cb.PeerQPN(), b.qp.Num(), a.qp.Num())
+	}
+	fill(a.mr.Bytes()[:100000], 5)
+	a.post(verbs.SendWR{ID: 1, Opcode: verbs.OpWrite, Flags: verbs.SendSignaled, SGL: []verbs.SGE{a.mr.SGE(0, 100000)},
+		RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
+	a.wait(a.scq, 1, 10*time.Second)
+	fill(b.mr.Bytes()[200000:300000], 9)
+	b.post(verbs.SendWR{ID: 2, Opcode: verbs.OpRead, Flags: verbs.SendSignaled, SGL: []verbs.SGE{b.mr.SGE(400000, 100000)},
+		RemoteAddr: a.mr.Addr() + 0, RKey: a.mr.RKey()})
+	b.wait(b.scq, 1, 10*time.Second)
+	for i := 0; i < 100000; i++ {
+		if b.mr.Bytes()[i] != a.mr.Bytes()[i] || b.mr.Bytes()[400000+i] != a.mr.Bytes()[i] {
+			t.Fatalf("byte %d differs", i)
+		}
+	}
+	st := CMStats(a.ctx)
+	if st.Sent < 2 || st.Received < 1 {
+		t.Fatalf("CM counters %+v", st)
+	}
+	ca.Close()
+	select {
+	case <-cb.Disconnected():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the server side did not see the disconnect")
+	}
+	if s := b.qp.State(); s != verbs.QPError {
+		t.Fatalf("server QP in %v after the peer disconnected", s)
+	}
+}
+
+// TestCMNoListener: a request to a port nobody listens on is rejected
+// (invalid service ID), at once.
+func TestCMNoListener(t *testing.T) {
+	needDevices(t)
+	a := newSide(t, openTest(t), 4096)
+	b := newSide(t, openTest(t), 4096)
+	l, err := ListenCM(b.ctx, nil, 1000, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	la := LocalAddr(b.ctx)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err = DialCM(ctx, a.qp, net.IP(la.Addr().AsSlice()), 1001, &CMOptions{UDPPort: la.Port()})
+	var rej *CMRejectError
+	if !errors.As(err, &rej) || rej.Reason != ibcm.RejInvalidServiceID {
+		t.Fatalf("err %v, want a reject for an invalid service ID", err)
+	}
+	if a.qp.State() != verbs.QPError {
+		t.Fatalf("QP in %v", a.qp.State())
+	}
+}
+
+// TestCMTimeout: nobody answers (a socket that drops everything): the
+// dial fails with ErrCMTimeout after its retries.
+func TestCMTimeout(t *testing.T) {
+	needDevices(t)
+	a := newSide(t, openTest(t), 4096)
+	pc, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close()
+	port := uint16(pc.LocalAddr().(*net.UDPAddr).Port)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	start := time.Now()
+	_, err = DialCM(ctx, a.qp, net.IPv4(127, 0, 0, 1), 7174, &CMOptions{UDPPort: port, Timeout: 50 * time.Millisecond, Retries: 3})
+	if !errors.Is(err, ErrCMTimeout) {
+		t.Fatalf("err %v, want ErrCMTimeout", err)
+	}
+	// 4 REQs were sent (and a REJ with reason timeout after them).
+	buf := make([]byte, 2048)
+	n := 0
+	pc.SetReadDeadline(time.Now().Add(time.Second))
+	for {
+		if _, _, err := pc.ReadFrom(buf); err != nil {
+			break
+		}
+		n++
+	}
+	if n != 5 {
+		t.Fatalf("%d datagrams reached the silent peer, want 4 REQs and a REJ (in %v)", n, time.Since(start))
+	}
+}
