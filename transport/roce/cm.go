@@ -365,11 +365,14 @@ func (l *CMListener) Accept(ctx context.Context, qp *verbs.QP) (*CMConn, error) 
 	if timeout == 0 {
 		timeout = cmAckTimeout
 	}
-	if err := qp.Modify(verbs.QPAttr{State: verbs.QPRTR, PathMTU: mtu, DestQPN: r.QPN(), RQPSN: r.PSN(),
+	// A CM message's starting PSN is the one its sender's QP expects to
+	// receive first: the REQ's is the PSN this side sends from, the REP
+	// carries the one it receives from.
+	if err := qp.Modify(verbs.QPAttr{State: verbs.QPRTR, PathMTU: mtu, DestQPN: r.QPN(), RQPSN: psn,
 		AH: cmAH(c.Peer, r.QPN()), MinRNRTimer: cmRNRTimer, MaxDestRdAtomic: rd}); err != nil {
 		return fail(ibcm.RejNoQP, fmt.Errorf("roce: accepting %s: %w", c.Peer, err))
 	}
-	if err := qp.Modify(verbs.QPAttr{State: verbs.QPRTS, SQPSN: psn, Timeout: timeout, RetryCount: r.RetryCount(),
+	if err := qp.Modify(verbs.QPAttr{State: verbs.QPRTS, SQPSN: r.PSN(), Timeout: timeout, RetryCount: r.RetryCount(),
 		RNRRetry: r.RNRRetryCount(), MaxRdAtomic: ird}); err != nil {
 		return fail(ibcm.RejNoQP, fmt.Errorf("roce: accepting %s: %w", c.Peer, err))
 	}
@@ -485,11 +488,13 @@ func DialCM(ctx context.Context, qp *verbs.QP, ip net.IP, port uint16, opts *CMO
 		return abort(c.Err)
 	}
 	r := c.Reply()
-	if err := qp.Modify(verbs.QPAttr{State: verbs.QPRTR, PathMTU: mtu, DestQPN: r.QPN(), RQPSN: r.PSN(),
+	// The REQ carried the PSN this side receives from; the REP carries
+	// the one it sends from.
+	if err := qp.Modify(verbs.QPAttr{State: verbs.QPRTR, PathMTU: mtu, DestQPN: r.QPN(), RQPSN: psn,
 		AH: cmAH(peer, r.QPN()), MinRNRTimer: cmRNRTimer, MaxDestRdAtomic: clampRd(r.InitiatorDepth())}); err != nil {
 		return abort(err)
 	}
-	if err := qp.Modify(verbs.QPAttr{State: verbs.QPRTS, SQPSN: psn, Timeout: cmAckTimeout, RetryCount: 7,
+	if err := qp.Modify(verbs.QPAttr{State: verbs.QPRTS, SQPSN: r.PSN(), Timeout: cmAckTimeout, RetryCount: 7,
 		RNRRetry: r.RNRRetryCount(), MaxRdAtomic: clampRd(r.ResponderResources())}); err != nil {
 		return abort(err)
 	}

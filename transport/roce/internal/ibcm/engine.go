@@ -222,11 +222,15 @@ func (e *Engine) sendLast(c *Conn, now time.Duration, expect bool) {
 
 // ConnectParams are an active connection's.
 type ConnectParams struct {
-	Peer      netip.AddrPort // the peer's CM (IP, UDP port)
-	Port      uint16         // rdma_cm port to connect to
-	QPN, PSN  uint32         // this side's QP and first PSN
-	LocalGID  netip.Addr     // this side's address
-	RemoteGID netip.Addr     // the peer's
+	Peer netip.AddrPort // the peer's CM (IP, UDP port)
+	Port uint16         // rdma_cm port to connect to
+	QPN  uint32         // this side's QP
+	// PSN is the PSN this side's QP expects to receive first (a REQ's or
+	// REP's starting PSN is its sender's receive PSN: the peer sends
+	// from it).
+	PSN       uint32
+	LocalGID  netip.Addr // this side's address
+	RemoteGID netip.Addr // the peer's
 	// LocalLID is sent as the primary local port LID (0xffff, the
 	// permissive LID, as RoCE peers send; rdmakit puts a UDP port other
 	// than 4791 here, see transport/roce).
@@ -293,7 +297,7 @@ func timeoutExp(d time.Duration) uint8 {
 
 // AcceptParams are a passive connection's answer.
 type AcceptParams struct {
-	QPN, PSN  uint32
+	QPN, PSN  uint32 // this side's QP, and the PSN it expects to receive first
 	RespRes   uint8
 	InitDepth uint8
 	RNRRetry  uint8

@@ -121,7 +121,7 @@ func (m MAD) Init(attr AttrID, tid uint64) {
 	binary.BigEndian.PutUint16(m[offAttrID:], uint16(attr))
 }
 
-func (m MAD) Method() uint8   { return m[offMethod] & 0x7f }
+func (m MAD) Method() uint8   { return m[offMethod] }
 func (m MAD) Status() uint16  { return binary.BigEndian.Uint16(m[offStatus:]) }
 func (m MAD) TID() uint64     { return binary.BigEndian.Uint64(m[offTID:]) }
 func (m MAD) Attr() AttrID    { return AttrID(binary.BigEndian.Uint16(m[offAttrID:])) }
