@@ -6,6 +6,10 @@
 #   - rping (rdmacm-utils, rxe) client -> rdmakit ping -s on roce0: 10
 #     pings, data verified by both (rping -V, and rdmakit's echo)
 #   - rdmakit ping -c on roce0 -> rping -s (rxe): 10 pings, verified
+#   - rdmakit perf -d roce0 -R against perftest -R on rxe_v (write_bw,
+#     read_bw, send_bw at 64 KiB), rdmakit as server and as client: the
+#     exchange and the test QPs connect through the CM; each passes when
+#     both ends exit 0 and the client prints its result line
 #   - the CM exchange, captured on rvroot, decodes in tshark as InfiniBand
 #     CM MADs (ConnectRequest, ConnectReply, ReadyToUse, DisconnectRequest,
 #     DisconnectReply) with no malformed packet
@@ -62,6 +66,36 @@ rc_ping() {
   fi
 }
 
+rc_line() {  # file: the last result line after the "#bytes" header
+  awk '/#bytes/{h=1; next} h && /^ *[0-9]/{l=$0} END{print l}' "$1" | tr -s ' '
+}
+
+# rc_perf test server(rdmakit|perftest)
+rc_perf() {
+  local test=$1 srv=$2 p=$((18700 + PASS + FAIL + SKIP)) sp rc src
+  local base=$LOG/roce-cm-perf-$test-$srv
+  local r=(ip netns exec "$RO_NS" env RDMAKIT_ROCE_IFACES=rvns RDMAKIT_ROCE_ADDR="$RO_IP"
+    ./rdmakit perf "$test" -d roce0 -R -n 200 -s 65536 -p "$p")
+  local q=(ib_"$test" -d "$RO_RXE" -R -F -n 200 -s 65536 -p "$p")
+  if [[ $srv == rdmakit ]]; then
+    timeout 60 "${r[@]}" > "$base.server" 2>&1 & sp=$!
+    sleep 1
+    timeout 60 "${q[@]}" "$RO_IP" > "$base.client" 2>&1; rc=$?
+  else
+    timeout 60 "${q[@]}" > "$base.server" 2>&1 & sp=$!
+    rc_wait_cm_listen "$p" || sleep 1
+    timeout 60 "${r[@]}" "$RO_RXE_IP" > "$base.client" 2>&1; rc=$?
+  fi
+  wait "$sp"; src=$?
+  local cl label="rdmakit perf roce0 -R <-> perftest -R rxe $test 64K ($srv server)"
+  cl=$(rc_line "$base.client")
+  if [[ $rc == 0 && $src == 0 && -n $cl ]]; then
+    result ok "$label" "client:$cl"
+  else
+    result FAIL "$label" "rc=$rc/$src $(tail -q -n 2 "$base.client" "$base.server" | tr '\n' ' ')"
+  fi
+}
+
 if [[ ! -x ./rdmakit ]]; then
   result skip "roce RDMA CM" "rdmakit not built"
 elif ! command -v rping > /dev/null; then
@@ -76,6 +110,14 @@ else
   fi
   rc_ping "roce CM: rping (rxe) -> rdmakit ping -s (roce0)" rdmakit
   rc_ping "roce CM: rdmakit ping -c (roce0) -> rping -s (rxe)" rping
+  if command -v ib_write_bw > /dev/null; then
+    for t in write_bw read_bw send_bw; do
+      rc_perf "$t" rdmakit
+      rc_perf "$t" perftest
+    done
+  else
+    result skip "rdmakit perf -R <-> perftest -R" "no perftest"
+  fi
   if [[ -n $cap ]]; then
     sleep 1; kill $cap; wait $cap 2> /dev/null
     msgs=$(tshark -r "$LOG/roce-cm.pcap" -Y 'infiniband.mad.mgmtclass == 0x07' -T fields -e infiniband.mad.attributeid 2> /dev/null | sort | uniq -c | awk '{printf "%s:%s ", $2, $1}')
