@@ -192,9 +192,12 @@ func (c *rcmConn) connectQP(ctx context.Context, qp *verbs.QP) error {
 		return nil
 	}
 	// The server listens for the test QPs only after the handshake that
-	// precedes them: retry while it is not there yet, as perftest does.
+	// precedes them (and perftest sets up its buffers and QPs first):
+	// retry while it is not there yet, as perftest does, for up to a
+	// step's timeout (a REJ comes back at once on roce; under emulation
+	// perftest took more than 20 tries' 2 s).
 	var err error
-	for range 20 {
+	for start := time.Now(); time.Since(start) < stepTimeout; {
 		var qc rcmCMConn
 		if qc, err = c.rcm.dial(ctx, qp, c.ip, c.port); err == nil {
 			c.keep(qc)
