@@ -327,7 +327,9 @@ func (l *CMListener) Close() error {
 // Accept waits for the next connection request and connects qp (in
 // INIT, on the listener's context) to the requester: RTR and RTS with
 // the request's QP number, PSN, path MTU and timeouts, then the reply,
-// then the requester's ready-to-use.
+// then the requester's ready-to-use. A request refused before the QP
+// moved (not for this address, a bad MTU) leaves it in INIT; a failure
+// after, in ERROR.
 func (l *CMListener) Accept(ctx context.Context, qp *verbs.QP) (*CMConn, error) {
 	g := l.g
 	var c *ibcm.Conn
@@ -340,12 +342,15 @@ func (l *CMListener) Accept(ctx context.Context, qp *verbs.QP) (*CMConn, error) 
 		return nil, ctx.Err()
 	}
 	r := c.Request()
+	moved := false // the QP left INIT
 	fail := func(reason ibcm.Reason, err error) (*CMConn, error) {
 		g.mu.Lock()
 		g.eng.Reject(c, reason, nil)
 		g.settleLocked()
 		g.mu.Unlock()
-		qp.Modify(verbs.QPAttr{State: verbs.QPError})
+		if moved {
+			qp.Modify(verbs.QPAttr{State: verbs.QPError})
+		}
 		return nil, err
 	}
 	if ctxOf(qp.Context()) == nil || ctxOf(qp.Context()).ep != g.ep {
@@ -368,6 +373,7 @@ func (l *CMListener) Accept(ctx context.Context, qp *verbs.QP) (*CMConn, error) 
 	// A CM message's starting PSN is the one its sender's QP expects to
 	// receive first: the REQ's is the PSN this side sends from, the REP
 	// carries the one it receives from.
+	moved = true
 	if err := qp.Modify(verbs.QPAttr{State: verbs.QPRTR, PathMTU: mtu, DestQPN: r.QPN(), RQPSN: psn,
 		AH: cmAH(c.Peer, r.QPN()), MinRNRTimer: cmRNRTimer, MaxDestRdAtomic: rd}); err != nil {
 		return fail(ibcm.RejNoQP, fmt.Errorf("roce: accepting %s: %w", c.Peer, err))
@@ -421,7 +427,10 @@ func cmAH(peer netip.AddrPort, qpn uint32) verbs.AddressHandle {
 
 // DialCM connects qp (a roce QP in INIT) through the RDMA CM to the
 // listener on port at ip: a request, the reply, RTR and RTS with the
-// reply's QP number and PSN, ready-to-use.
+// reply's QP number and PSN, ready-to-use. When the peer rejects the
+// request or does not answer, the QP stays in INIT (DialCM may be called
+// again, as perftest's clients do while the server is not listening
+// yet); when it fails after the reply, the QP goes to ERROR.
 func DialCM(ctx context.Context, qp *verbs.QP, ip net.IP, port uint16, opts *CMOptions) (*CMConn, error) {
 	cd := ctxOf(qp.Context())
 	if cd == nil {
@@ -467,6 +476,7 @@ func DialCM(ctx context.Context, qp *verbs.QP, ip net.IP, port uint16, opts *CMO
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", verbs.ErrInvalidArgument, err)
 	}
+	moved := false // the QP left INIT
 	abort := func(err error) (*CMConn, error) {
 		g.mu.Lock()
 		if c.State == ibcm.StateRepRcvd {
@@ -477,7 +487,9 @@ func DialCM(ctx context.Context, qp *verbs.QP, ip net.IP, port uint16, opts *CMO
 		g.unwatchLocked(c)
 		g.settleLocked()
 		g.mu.Unlock()
-		qp.Modify(verbs.QPAttr{State: verbs.QPError})
+		if moved {
+			qp.Modify(verbs.QPAttr{State: verbs.QPError})
+		}
 		return nil, fmt.Errorf("roce: connecting to %s port %d through the RDMA CM: %w", peer.Addr(), port, err)
 	}
 	ev, err := g.wait(ctx, ch)
@@ -488,6 +500,7 @@ func DialCM(ctx context.Context, qp *verbs.QP, ip net.IP, port uint16, opts *CMO
 		return abort(c.Err)
 	}
 	r := c.Reply()
+	moved = true
 	// The REQ carried the PSN this side receives from; the REP carries
 	// the one it sends from.
 	if err := qp.Modify(verbs.QPAttr{State: verbs.QPRTR, PathMTU: mtu, DestQPN: r.QPN(), RQPSN: psn,

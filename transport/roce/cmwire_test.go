@@ -108,8 +108,30 @@ func TestCMNoListener(t *testing.T) {
 	if !errors.As(err, &rej) || rej.Reason != ibcm.RejInvalidServiceID {
 		t.Fatalf("err %v, want a reject for an invalid service ID", err)
 	}
-	if a.qp.State() != verbs.QPError {
-		t.Fatalf("QP in %v", a.qp.State())
+	// The QP stays in INIT: once the port is listened on, the same QP
+	// connects (perftest's clients retry so).
+	if a.qp.State() != verbs.QPInit {
+		t.Fatalf("QP in %v after a reject", a.qp.State())
+	}
+	l2, err := ListenCM(b.ctx, nil, 1001, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l2.Close()
+	acc := make(chan *CMConn, 1)
+	go func() {
+		c, _ := l2.Accept(ctx, b.qp)
+		acc <- c
+	}()
+	c, err := DialCM(ctx, a.qp, net.IP(la.Addr().AsSlice()), 1001, &CMOptions{UDPPort: la.Port()})
+	if err != nil {
+		t.Fatalf("the retry: %v", err)
+	}
+	c.Close()
+	if s := <-acc; s == nil {
+		t.Fatal("not accepted")
+	} else {
+		s.Close()
 	}
 }
 
@@ -204,3 +226,82 @@ func TestCMCaptureRXE(t *testing.T) {
 		}
 	}
 }
+
+// TestCMBadPackets: datagrams for QP 1 that are not CM MADs in UD
+// SEND_ONLY packets with the GSI Q_Key and a good ICRC are dropped and
+// counted; a well-formed MAD that the CM cannot use is counted as a CM
+// error; a REQ for a port nobody listens on is rejected.
+func TestCMBadPackets(t *testing.T) {
+	needDevices(t)
+	ctx := openTest(t)
+	l, err := ListenCM(ctx, nil, 5000, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	to := LocalAddr(ctx)
+	pc, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close()
+	from := pc.LocalAddr().(*net.UDPAddr).AddrPort()
+	from = netip.AddrPortFrom(from.Addr().Unmap(), from.Port())
+	e := ibcm.New(ibcm.Config{Rand: func() uint32 { return 3 }})
+	e.Connect(&ibcm.ConnectParams{Peer: to, Port: 5001, QPN: 5, LocalGID: from.Addr(), RemoteGID: to.Addr(), LocalLID: from.Port(), MTU: 3}, 1)
+	req := e.Outbox()[0].MAD
+	build := func(op header.Opcode, qkey uint32, mad []byte, corrupt bool) []byte {
+		buf := make([]byte, 512)
+		var p header.Packet
+		n := header.Build(&p, buf, op, len(mad))
+		p.BTH.Encode(&header.BTHFields{Opcode: op, PKey: header.DefaultPKey, DestQP: header.GSIQP})
+		if p.DETH != nil {
+			p.DETH.Encode(qkey, header.GSIQP)
+		}
+		copy(p.Payload, mad)
+		header.PutICRC(&header.Addrs{Src: from.Addr(), Dst: to.Addr(), SrcPort: from.Port(), DstPort: to.Port()}, buf[:n])
+		if corrupt {
+			buf[n-1] ^= 1
+		}
+		return buf[:n]
+	}
+	before, _ := Stats(ctx)
+	garbage := make([]byte, ibcm.MADLen)
+	for _, b := range [][]byte{
+		build(header.UDSendOnly, 0x1234, req[:], false), // wrong Q_Key
+		build(header.RCSendOnly, 0, req[:], false),      // not UD
+		build(header.UDSendOnly, header.GSIQKey, req[:], true),
+	} {
+		pc.WriteToUDPAddrPort(b, to)
+	}
+	pc.WriteToUDPAddrPort(build(header.UDSendOnly, header.GSIQKey, garbage, false), to)
+	pc.WriteToUDPAddrPort(build(header.UDSendOnly, header.GSIQKey, req[:], false), to) // port 5001: rejected
+	pc.SetReadDeadline(time.Now().Add(5 * time.Second))
+	buf := make([]byte, 1024)
+	n, _, err := pc.ReadFromUDPAddrPort(buf)
+	if err != nil {
+		t.Fatalf("no answer to the REQ: %v", err)
+	}
+	var p header.Packet
+	if err := header.Parse(&p, buf[:n]); err != nil {
+		t.Fatal(err)
+	}
+	m, err := ibcm.Parse(p.Payload)
+	if err != nil || m.Attr() != ibcm.AttrREJ || (ibcm.REJ{MAD: m}).Reason() != ibcm.RejInvalidServiceID || m.RemoteCommID() != req2ID(req[:]) {
+		t.Fatalf("answer %v %v", m.Attr(), err)
+	}
+	after, _ := Stats(ctx)
+	if d := after.RxUnknownQP - before.RxUnknownQP; d != 2 {
+		t.Errorf("%d dropped as not for the CM, want 2", d)
+	}
+	if d := after.RxBadICRC - before.RxBadICRC; d != 1 {
+		t.Errorf("%d bad ICRCs, want 1", d)
+	}
+	// The garbage MAD and the REQ reach the CM, both unusable; the REJ
+	// is sent.
+	if st := CMStats(ctx); st.Errors != 2 || st.Received != 2 || st.Sent != 1 {
+		t.Errorf("CM counters %+v, want 2 received, 2 errors, 1 sent", st)
+	}
+}
+
+func req2ID(b []byte) uint32 { return ibcm.MAD(b).LocalCommID() }
