@@ -63,7 +63,9 @@ type CMOptions struct {
 	// most 56 bytes) or the REP (at most 196).
 	Private []byte
 	// Timeout is how long a CM message waits for its answer before it
-	// is sent again (default 1 s); Retries how often (default 8).
+	// is sent again (default 1 s); Retries how often (default 8). They
+	// are the device socket's CM's, set by the first ListenCM or DialCM
+	// on it.
 	Timeout time.Duration
 	Retries int
 }
