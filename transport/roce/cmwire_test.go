@@ -16,10 +16,10 @@ import (
 
 // cmPair connects two rdmakit roce QPs (two sockets on 127.0.0.1) through
 // the RDMA CM: DialCM on one, ListenCM/Accept on the other.
-func cmPair(t *testing.T, port uint16) (a, b *side, ca, cb *CMConn) {
+func cmPair(t *testing.T, port uint16, xa, xb *verbs.Context) (a, b *side, ca, cb *CMConn) {
 	t.Helper()
-	a = newSide(t, openTest(t), 1<<20)
-	b = newSide(t, openTest(t), 1<<20)
+	a = newSide(t, xa, 1<<20)
+	b = newSide(t, xb, 1<<20)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	l, err := ListenCM(b.ctx, nil, port, nil)
@@ -54,7 +54,7 @@ func cmPair(t *testing.T, port uint16) (a, b *side, ca, cb *CMConn) {
 // client's Close disconnects the server (its QP goes to ERROR).
 func TestCMWire(t *testing.T) {
 	needDevices(t)
-	a, b, ca, cb := cmPair(t, 7174)
+	a, b, ca, cb := cmPair(t, 7174, openTest(t), openTest(t))
 	if a.qp.State() != verbs.QPRTS || b.qp.State() != verbs.QPRTS {
 		t.Fatalf("states %v %v", a.qp.State(), b.qp.State())
 	}
@@ -87,6 +87,32 @@ func TestCMWire(t *testing.T) {
 	if s := b.qp.State(); s != verbs.QPError {
 		t.Fatalf("server QP in %v after the peer disconnected", s)
 	}
+}
+
+// TestCMWireIPv6: the same over ::1 (IPv6 GIDs and RDMA CM header).
+func TestCMWireIPv6(t *testing.T) {
+	needDevices(t)
+	old := os.Getenv(EnvAddr)
+	os.Setenv(EnvAddr, "[::1]:0")
+	xa, err := verbs.Open(testDevice, verbs.Options{})
+	if err == nil {
+		t.Cleanup(func() { xa.Close() })
+	}
+	xb, err2 := verbs.Open(testDevice, verbs.Options{})
+	os.Setenv(EnvAddr, old)
+	if err != nil || err2 != nil {
+		t.Skipf("SKIP (loud): no IPv6 loopback here: %v %v", err, err2)
+	}
+	t.Cleanup(func() { xb.Close() })
+	a, b, ca, _ := cmPair(t, 7175, xa, xb)
+	if ca.c.Request().LocalGID().Is4In6() || ca.c.Request().LocalGID() != LocalAddr(xa).Addr() {
+		t.Fatalf("REQ GID %v", ca.c.Request().LocalGID())
+	}
+	fill(a.mr.Bytes()[:50000], 3)
+	a.post(verbs.SendWR{ID: 1, Opcode: verbs.OpWrite, Flags: verbs.SendSignaled, SGL: []verbs.SGE{a.mr.SGE(0, 50000)},
+		RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
+	a.wait(a.scq, 1, 10*time.Second)
+	sameBytes(t, "written over IPv6", b.mr.Bytes()[:50000], a.mr.Bytes()[:50000])
 }
 
 // TestCMNoListener: a request to a port nobody listens on is rejected
