@@ -257,7 +257,7 @@ func (g *cmService) unwatchLocked(c *ibcm.Conn) {
 	}
 }
 
-// wait waits for an event of c other than the ones skip lists.
+// wait waits for the next event on a connection's channel.
 func (g *cmService) wait(ctx context.Context, ch chan ibcm.Event) (ibcm.Event, error) {
 	select {
 	case ev, ok := <-ch:
@@ -393,26 +393,24 @@ func (l *CMListener) Accept(ctx context.Context, qp *verbs.QP) (*CMConn, error) 
 	if err != nil {
 		return nil, err
 	}
-	for {
-		ev, err := g.wait(ctx, ch)
-		if err == nil {
-			switch ev.Kind {
-			case ibcm.EvEstablished:
-				return newCMConn(g, c, ch, qp), nil
-			case ibcm.EvDisconnected:
-				err = fmt.Errorf("roce: %s disconnected before the connection was up", c.Peer)
-			default:
-				err = fmt.Errorf("roce: accepting %s: %w", c.Peer, c.Err)
-			}
+	ev, err := g.wait(ctx, ch)
+	if err == nil {
+		switch ev.Kind {
+		case ibcm.EvEstablished:
+			return newCMConn(g, c, ch, qp), nil
+		case ibcm.EvDisconnected:
+			err = fmt.Errorf("roce: %s disconnected before the connection was up", c.Peer)
+		default: // rejected, or the REP timed out
+			err = fmt.Errorf("roce: accepting %s: %w", c.Peer, c.Err)
 		}
-		g.mu.Lock()
-		g.eng.Disconnect(c, g.now())
-		g.unwatchLocked(c)
-		g.settleLocked()
-		g.mu.Unlock()
-		qp.Modify(verbs.QPAttr{State: verbs.QPError})
-		return nil, err
 	}
+	g.mu.Lock()
+	g.eng.Disconnect(c, g.now())
+	g.unwatchLocked(c)
+	g.settleLocked()
+	g.mu.Unlock()
+	qp.Modify(verbs.QPAttr{State: verbs.QPError})
+	return nil, err
 }
 
 func clampRd(n uint8) uint8 { return max(1, min(n, cmRdAtomic)) }
