@@ -5,9 +5,10 @@ package main
 // advertises a source buffer (Send of {addr, rkey, len}), the server RDMA
 // Reads it and says go on (Send), the client advertises a sink buffer, the
 // server RDMA Writes the data back and says done; the client compares. The
-// connection is made through rdma_cm (transport/ibverbs: DialCM,
-// ListenCM), so this command needs a build with -tags ibverbs. It runs in
-// main's goroutine.
+// connection is made through the RDMA CM: on roce devices rdmakit's own
+// (transport/roce: DialCM, ListenCM, over UD QP 1), on ibverbs devices
+// librdmacm's (transport/ibverbs, with -tags ibverbs). It runs in main's
+// goroutine.
 
 import (
 	"context"
@@ -25,15 +26,30 @@ import (
 )
 
 func init() {
-	register("ping", "rping-compatible RDMA ping over rdma_cm (needs -tags ibverbs)", runPing)
+	register("ping", "rping-compatible RDMA ping over rdma_cm (roce devices, or ibverbs ones with -tags ibverbs)", runPing)
 }
 
-// The rdma_cm hooks, set by ping_ibverbs.go.
+// pingCM is the RDMA CM of one transport: ping_ibverbs.go registers
+// librdmacm's for ibverbs devices (-tags ibverbs), ping_roce.go rdmakit's
+// own (over UD QP 1) for roce devices.
+type pingCM struct {
+	// deviceFor names the device for ip (local: to listen on it).
+	deviceFor func(ip net.IP, local bool) (string, error)
+	dial      func(ctx context.Context, qp *verbs.QP, ip net.IP, port uint16) (io.Closer, error)
+	listen    func(vctx *verbs.Context, ip net.IP, port uint16) (pingListener, error)
+}
+
+// pingCMs by transport name, in the order a device is looked for
+// without --dev.
 var (
-	pingDeviceFor func(ip net.IP, local bool) (string, error)
-	pingDial      func(ctx context.Context, qp *verbs.QP, ip net.IP, port uint16) (io.Closer, error)
-	pingListen    func(vctx *verbs.Context, ip net.IP, port uint16) (pingListener, error)
+	pingCMs     = map[string]*pingCM{}
+	pingCMOrder []string
 )
+
+func registerPingCM(transport string, cm *pingCM) {
+	pingCMs[transport] = cm
+	pingCMOrder = append(pingCMOrder, transport)
+}
 
 type pingListener interface {
 	Accept(ctx context.Context, qp *verbs.QP) (io.Closer, error)
@@ -42,7 +58,9 @@ type pingListener interface {
 
 const pingUsage = `usage: rdmakit ping -s|-c -a ADDR [flags]
 
-Speaks rping's protocol (rdmacm-utils), in either role, over rdma_cm.
+Speaks rping's protocol (rdmacm-utils), in either role, over the RDMA CM:
+on a roce device (rdmakit's RoCEv2) with rdmakit's own CM, on an RDMA NIC
+or rxe/siw with librdmacm (a build with -tags ibverbs).
 
   -s            server: listen on ADDR
   -c            client: connect to ADDR
@@ -55,7 +73,8 @@ Speaks rping's protocol (rdmacm-utils), in either role, over rdma_cm.
   -d            debug output, as rping -d (connection steps to stderr)
   -P            persistent server (accepted, with a note: this server serves one client)
   -q, -l        accepted for rping compatibility (no effect here), with a note
-  --dev DEV     device (default: the one rdma_cm picks for ADDR)
+  --dev DEV     device (default: the one rdma_cm picks for ADDR, else the
+                roce device with ADDR (server) or routing to it (client))
 `
 
 // pingInfo is rping's struct rping_rdma_info: buf (be64), rkey (be32),
@@ -106,10 +125,6 @@ func runPing(args []string) int {
 		fmt.Fprintf(os.Stderr, "rdmakit ping: -S %d is below the minimum of %d\n", *size, pingInfoLen)
 		return 2
 	}
-	if pingDial == nil {
-		fmt.Fprintln(os.Stderr, "rdmakit ping: this rdmakit was built without the ibverbs transport: rebuild with `go build -tags ibverbs ./cmd/rdmakit` (needs libibverbs-dev, librdmacm-dev)")
-		return 1
-	}
 	ip := net.ParseIP(*addr)
 	if ip == nil {
 		ips, err := net.LookupIP(*addr)
@@ -156,6 +171,7 @@ type pinger struct {
 	verbose bool
 	dev     string
 
+	cm   *pingCM
 	ctx  *verbs.Context
 	pd   *verbs.PD
 	cq   *verbs.CQ
@@ -174,14 +190,29 @@ func (p *pinger) offSend() int  { return 2*p.size + pingInfoLen }
 func (p *pinger) setup(local bool) error {
 	name := p.dev
 	if name == "" {
-		var err error
-		if name, err = pingDeviceFor(p.ip, local); err != nil {
-			return err
+		var errs []error
+		for _, t := range pingCMOrder {
+			n, err := pingCMs[t].deviceFor(p.ip, local)
+			if err == nil {
+				name = n
+				break
+			}
+			errs = append(errs, err)
+		}
+		if name == "" {
+			return fmt.Errorf("no device for %s: %w", p.ip, errors.Join(errs...))
 		}
 	}
 	var err error
 	if p.ctx, err = verbs.Open(name, verbs.Options{}); err != nil {
 		return err
+	}
+	t := p.ctx.Info().Transport
+	if p.cm = pingCMs[t]; p.cm == nil {
+		if t == "ibverbs" || t == "" {
+			return fmt.Errorf("%s: this rdmakit was built without rdma_cm for RDMA NICs: rebuild with `go build -tags ibverbs ./cmd/rdmakit` (needs libibverbs-dev, librdmacm-dev), or use a roce device", name)
+		}
+		return fmt.Errorf("%s: transport %s has no RDMA CM; use a roce device (or an RDMA NIC with -tags ibverbs)", name, t)
 	}
 	if p.pd, err = p.ctx.AllocPD(); err != nil {
 		return err
@@ -300,7 +331,7 @@ func (p *pinger) ping(ctx context.Context) error {
 	if err := p.setup(false); err != nil {
 		return err
 	}
-	conn, err := pingDial(ctx, p.qp, p.ip, p.port)
+	conn, err := p.cm.dial(ctx, p.qp, p.ip, p.port)
 	if err != nil {
 		return err
 	}
@@ -350,7 +381,7 @@ func (p *pinger) serve(ctx context.Context) error {
 	if err := p.setup(true); err != nil {
 		return err
 	}
-	l, err := pingListen(p.ctx, p.ip, p.port)
+	l, err := p.cm.listen(p.ctx, p.ip, p.port)
 	if err != nil {
 		return err
 	}

@@ -12,17 +12,19 @@ import (
 )
 
 func init() {
-	pingDeviceFor = ibverbs.DeviceForIP
-	pingDial = func(ctx context.Context, qp *verbs.QP, ip net.IP, port uint16) (io.Closer, error) {
-		return ibverbs.DialCM(ctx, qp, ip, port, nil)
-	}
-	pingListen = func(vctx *verbs.Context, ip net.IP, port uint16) (pingListener, error) {
-		l, err := ibverbs.ListenCM(vctx, ip, port)
-		if err != nil {
-			return nil, err
-		}
-		return cmListener{l}, nil
-	}
+	registerPingCM("ibverbs", &pingCM{
+		deviceFor: ibverbs.DeviceForIP,
+		dial: func(ctx context.Context, qp *verbs.QP, ip net.IP, port uint16) (io.Closer, error) {
+			return ibverbs.DialCM(ctx, qp, ip, port, nil)
+		},
+		listen: func(vctx *verbs.Context, ip net.IP, port uint16) (pingListener, error) {
+			l, err := ibverbs.ListenCM(vctx, ip, port)
+			if err != nil {
+				return nil, err
+			}
+			return cmListener{l}, nil
+		},
+	})
 }
 
 type cmListener struct{ l *ibverbs.CMListener }

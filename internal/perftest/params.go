@@ -512,11 +512,11 @@ func flags(o *Options) []flagSpec {
 		{'C', []string{"report-cycles"}, false, note("-C (report cycles): times are measured with Go's monotonic clock and reported in usec")},
 		{'R', []string{"rdma_cm"}, false, func(o *Options, v string) error {
 			o.RDMACM = true
-			return note("-R (rdma_cm): with an ibverbs device in a build with -tags ibverbs, the exchange and the QPs' connections go through rdma_cm on -p, as perftest's -R (a client falls back to rdmakit's TCP exchange when no rdma_cm server answers); otherwise rdmakit's TCP exchange on -p connects the QPs")(o, v)
+			return note("-R (rdma_cm): with a roce device (-d roceN: rdmakit's own RDMA CM), or an ibverbs device in a build with -tags ibverbs, the exchange and the QPs' connections go through rdma_cm on -p, as perftest's -R (a client falls back to rdmakit's TCP exchange when no rdma_cm server answers); otherwise rdmakit's TCP exchange on -p connects the QPs")(o, v)
 		}},
 		{'z', []string{"comm_rdma_cm"}, false, func(o *Options, v string) error {
 			o.CommCM = true
-			return note("-z (comm_rdma_cm): with an ibverbs device in a build with -tags ibverbs, the exchange goes through rdma_cm on -p and the QPs are connected with the exchanged keys, as perftest's -z (a client falls back to rdmakit's TCP exchange when no rdma_cm server answers); otherwise rdmakit's TCP exchange on -p connects the QPs")(o, v)
+			return note("-z (comm_rdma_cm): with a roce device (-d roceN: rdmakit's own RDMA CM), or an ibverbs device in a build with -tags ibverbs, the exchange goes through rdma_cm on -p and the QPs are connected with the exchanged keys, as perftest's -z (a client falls back to rdmakit's TCP exchange when no rdma_cm server answers); otherwise rdmakit's TCP exchange on -p connects the QPs")(o, v)
 		}},
 		{'e', []string{"events"}, false, func(o *Options, _ string) error { o.Events = true; return nil }},
 		{'l', []string{"post_list"}, true, intArg("-l (post list)", 1, maxTx, func(n int64) { o.PostList = int(n) })},

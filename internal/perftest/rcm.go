@@ -5,8 +5,10 @@ package perftest
 // (perftest posts one receive of pwKeyBinLen bytes at a time); the test
 // QPs are then, with -R, connected through rdma_cm as well, one connection
 // each to the server's port; with -z they are regular QPs, connected with
-// the exchanged keys as on TCP. rcm_ibverbs.go (build tag ibverbs)
-// provides the rdma_cm side; without it -R and -z keep rdmakit's TCP
+// the exchanged keys as on TCP. rcm_link.go is the exchange's
+// connection, on the RDMA CM of the device's transport: librdmacm's
+// (rcm_ibverbs.go, build tag ibverbs) or transport/roce's own
+// (rcm_roce.go, with -d roceN); without one, -R and -z keep rdmakit's TCP
 // exchange (see params.go).
 //
 // In pwire_run.go's sequence, -R changes three things: before the first
@@ -58,14 +60,18 @@ var (
 // rcmDevice reports whether this run speaks -R or -z over rdma_cm, and on
 // which device ("" for a client without -d: the one rdma_cm routes the
 // server's address through): -R or -z given, rdma_cm in the build, and -d
-// an ibverbs device (a server without -d: the first one).
+// a device whose transport has an RDMA CM (ibverbs with -tags ibverbs,
+// roce always); without -d, an ibverbs device (a server: the first one).
 func rcmDevice(o Options) (string, bool) {
 	if !(o.RDMACM || o.CommCM) || rcmDial == nil {
 		return "", false
 	}
 	if o.Device != "" {
 		d, err := findDevice(o.Device)
-		return d.Name, err == nil && d.Transport == "ibverbs"
+		return d.Name, err == nil && rcmCMs[d.Transport] != nil
+	}
+	if rcmFirst != "ibverbs" {
+		return "", false
 	}
 	if o.Server != "" {
 		return "", true

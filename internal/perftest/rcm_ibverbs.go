@@ -2,277 +2,37 @@
 
 package perftest
 
-// rdma_cm for -R and -z (see rcm.go) on transport/ibverbs. The link's methods run
-// on the run's goroutine; the QP's completions are polled there.
+// librdmacm (transport/ibverbs) as -R's and -z's RDMA CM on ibverbs
+// devices (see rcm_link.go).
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"io"
 	"net"
-	"os"
-	"sync"
-	"time"
 
 	"github.com/rdmakit/rdmakit/transport/ibverbs"
 	"github.com/rdmakit/rdmakit/verbs"
 )
 
 func init() {
-	rcmDial = dialRCM
-	rcmAccept = acceptRCM
-}
-
-// rcmRecvs receives are kept posted, each rcmMaxMsg bytes; the send
-// buffer follows them in the region.
-const rcmRecvs = 8
-
-type rcmConn struct {
-	ctx  *verbs.Context
-	pd   *verbs.PD
-	scq  *verbs.CQ
-	rcq  *verbs.CQ
-	qp   *verbs.QP
-	mr   *verbs.MR
-	cm   *ibverbs.CMConn
-	ln   *ibverbs.CMListener // the test QPs' listener (server)
-	ip   net.IP              // the server's address (client)
-	dev  string
-	port uint16
-	qps  bool // -R: the test QPs connect through rdma_cm
-	wcs  []verbs.WorkCompletion
-
-	rdl, wdl time.Time
-	pending  []byte // the rest of the last message received
-	local    net.Addr
-	remote   net.Addr
-
-	// mu serialises polling with Close, which may come from another
-	// goroutine (the run's context ending).
-	mu     sync.Mutex
-	closed bool
-}
-
-func openRCM(dev string, qps bool) (_ *rcmConn, err error) {
-	c := &rcmConn{wcs: make([]verbs.WorkCompletion, 1), dev: dev, qps: qps, local: &net.TCPAddr{}, remote: &net.TCPAddr{}}
-	if c.ctx, err = verbs.Open(dev, verbs.Options{}); err != nil {
-		return nil, fmt.Errorf("opening %s for the exchange over rdma_cm: %w", dev, err)
-	}
-	defer func() {
-		if err != nil {
-			c.ctx.Close()
-		}
-	}()
-	if c.pd, err = c.ctx.AllocPD(); err != nil {
-		return nil, err
-	}
-	if c.scq, err = c.ctx.CreateCQ(4); err != nil {
-		return nil, err
-	}
-	if c.rcq, err = c.ctx.CreateCQ(rcmRecvs + 1); err != nil {
-		return nil, err
-	}
-	if c.qp, err = c.pd.CreateQP(verbs.QPConfig{SendCQ: c.scq, RecvCQ: c.rcq, Cap: verbs.QPCap{
-		MaxSendWR: 2, MaxRecvWR: rcmRecvs, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
-		return nil, err
-	}
-	if c.mr, err = c.pd.AllocMR((rcmRecvs+1)*rcmMaxMsg, verbs.AccessLocalWrite); err != nil {
-		return nil, err
-	}
-	// Receives can be posted from INIT on; rdma_cm takes the QP from there.
-	if err = c.qp.Modify(verbs.QPAttr{State: verbs.QPInit, Port: 1, AccessFlags: verbs.AccessLocalWrite}); err != nil {
-		return nil, err
-	}
-	for i := range rcmRecvs {
-		if err = c.postRecv(i); err != nil {
-			return nil, err
-		}
-	}
-	return c, nil
-}
-
-func (c *rcmConn) postRecv(i int) error {
-	return c.qp.PostRecv([]verbs.RecvWR{{ID: uint64(i), SGL: []verbs.SGE{c.mr.SGE(i*rcmMaxMsg, rcmMaxMsg)}}})
-}
-
-func dialRCM(ctx context.Context, dev string, ip net.IP, port uint16, qps bool) (rcmLink, error) {
-	if dev == "" {
-		var err error
-		if dev, err = ibverbs.DeviceForIP(ip, false); err != nil {
-			return nil, err
-		}
-	}
-	c, err := openRCM(dev, qps)
-	if err != nil {
-		return nil, err
-	}
-	if c.cm, err = ibverbs.DialCM(ctx, c.qp, ip, port, nil); err != nil {
-		c.ctx.Close()
-		return nil, err
-	}
-	c.ip, c.port = ip, port
-	c.remote = &net.TCPAddr{IP: ip, Port: int(port)}
-	return c, nil
-}
-
-func acceptRCM(ctx context.Context, dev string, port uint16, qps bool) (rcmLink, error) {
-	c, err := openRCM(dev, qps)
-	if err != nil {
-		return nil, err
-	}
-	ln, err := ibverbs.ListenCM(c.ctx, net.IPv4zero, port)
-	if err != nil {
-		c.ctx.Close()
-		return nil, err
-	}
-	c.cm, err = ln.Accept(ctx, c.qp, nil)
-	ln.Close() // the test QPs' connections come to a new listener (dataListen)
-	if err != nil {
-		c.ctx.Close()
-		return nil, err
-	}
-	c.port = port
-	return c, nil
-}
-
-func (c *rcmConn) dataListen(vctx *verbs.Context) (err error) {
-	c.ln, err = ibverbs.ListenCM(vctx, net.IPv4zero, c.port)
-	return err
-}
-
-func (c *rcmConn) connectQP(ctx context.Context, qp *verbs.QP) error {
-	if c.ln != nil {
-		ctx, cancel := context.WithTimeout(ctx, stepTimeout)
-		defer cancel()
-		_, err := c.ln.Accept(ctx, qp, nil)
-		if err != nil {
-			return fmt.Errorf("accepting the client's rdma_cm connection for a test QP: %w", err)
-		}
-		return nil
-	}
-	// The server listens for the test QPs only after the handshake that
-	// precedes them: retry while it is not there yet, as perftest does.
-	var err error
-	for range 20 {
-		if _, err = ibverbs.DialCM(ctx, qp, c.ip, c.port, nil); err == nil {
-			return nil
-		}
-		if ctx.Err() != nil {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	return fmt.Errorf("connecting a test QP through rdma_cm to %s:%d: %w", c.ip, c.port, err)
-}
-
-// poll waits for one completion on cq until dl (zero: no limit).
-func (c *rcmConn) poll(cq *verbs.CQ, dl time.Time) (verbs.WorkCompletion, error) {
-	for spins := 0; ; spins++ {
-		c.mu.Lock()
-		if c.closed {
-			c.mu.Unlock()
-			return verbs.WorkCompletion{}, net.ErrClosed
-		}
-		n, err := cq.Poll(c.wcs)
-		c.mu.Unlock()
-		if err != nil {
-			return verbs.WorkCompletion{}, err
-		}
-		if n == 1 {
-			w := c.wcs[0]
-			return w, w.Err()
-		}
-		if c.cm.Disconnected() {
-			return verbs.WorkCompletion{}, net.ErrClosed
-		}
-		if !dl.IsZero() && time.Now().After(dl) {
-			return verbs.WorkCompletion{}, os.ErrDeadlineExceeded
-		}
-		if spins > 100 {
-			time.Sleep(50 * time.Microsecond)
-		}
-	}
-}
-
-func (c *rcmConn) Read(p []byte) (int, error) {
-	if len(c.pending) == 0 {
-		w, err := c.poll(c.rcq, c.rdl)
-		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
-				return 0, io.EOF
+	registerRCM("ibverbs", &rcmCM{
+		deviceFor: ibverbs.DeviceForIP,
+		dial: func(ctx context.Context, qp *verbs.QP, ip net.IP, port uint16) (rcmCMConn, error) {
+			return ibverbs.DialCM(ctx, qp, ip, port, nil)
+		},
+		listen: func(vctx *verbs.Context, port uint16) (rcmListener, error) {
+			l, err := ibverbs.ListenCM(vctx, net.IPv4zero, port)
+			if err != nil {
+				return nil, err
 			}
-			return 0, err
-		}
-		i := int(w.WRID)
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		if c.closed {
-			return 0, io.EOF
-		}
-		c.pending = append(c.pending[:0], c.mr.Bytes()[i*rcmMaxMsg:i*rcmMaxMsg+int(w.ByteLen)]...)
-		if err := c.postRecv(i); err != nil {
-			return 0, err
-		}
-	}
-	n := copy(p, c.pending)
-	c.pending = c.pending[n:]
-	return n, nil
+			return ibvListener{l}, nil
+		},
+	}, true)
 }
 
-func (c *rcmConn) Write(b []byte) (int, error) {
-	done := 0
-	for done < len(b) {
-		n := min(len(b)-done, rcmMaxMsg)
-		if err := c.post(b[done : done+n]); err != nil {
-			return done, err
-		}
-		if _, err := c.poll(c.scq, c.wdl); err != nil {
-			return done, err
-		}
-		done += n
-	}
-	return done, nil
+type ibvListener struct{ l *ibverbs.CMListener }
+
+func (l ibvListener) Accept(ctx context.Context, qp *verbs.QP) (rcmCMConn, error) {
+	return l.l.Accept(ctx, qp, nil)
 }
 
-// post sends one message.
-func (c *rcmConn) post(b []byte) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
-		return net.ErrClosed
-	}
-	off := rcmRecvs * rcmMaxMsg
-	copy(c.mr.Bytes()[off:], b)
-	return c.qp.PostSend([]verbs.SendWR{{ID: 1 << 32, Opcode: verbs.OpSend, Flags: verbs.SendSignaled,
-		SGL: []verbs.SGE{c.mr.SGE(off, len(b))}}})
-}
-
-func (c *rcmConn) Close() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
-		return nil
-	}
-	c.closed = true
-	if c.ln != nil {
-		c.ln.Close()
-	}
-	if c.cm != nil {
-		c.cm.Close()
-	}
-	return c.ctx.Close()
-}
-
-func (c *rcmConn) device() string { return c.dev }
-
-func (c *rcmConn) cmQPs() bool { return c.qps }
-
-func (c *rcmConn) LocalAddr() net.Addr  { return c.local }
-func (c *rcmConn) RemoteAddr() net.Addr { return c.remote }
-func (c *rcmConn) SetDeadline(t time.Time) error {
-	c.rdl, c.wdl = t, t
-	return nil
-}
-func (c *rcmConn) SetReadDeadline(t time.Time) error  { c.rdl = t; return nil }
-func (c *rcmConn) SetWriteDeadline(t time.Time) error { c.wdl = t; return nil }
+func (l ibvListener) Close() error { return l.l.Close() }

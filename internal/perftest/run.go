@@ -568,10 +568,10 @@ func (s *session) clientSizes(ctx context.Context, bar *progress) error {
 // perftest server run with -R or -z, which listens through rdma_cm only.
 func refusedHint(err error) string {
 	if errors.Is(err, syscall.ECONNREFUSED) {
-		if rcmDial != nil {
+		if rcmFirst == "ibverbs" {
 			return " (no server on that port; a perftest server run with -R or -z listens through rdma_cm: give this side the same flag)"
 		}
-		return " (no server on that port; a perftest server run with -R or -z listens through rdma_cm, which this build of rdmakit perf does not speak (build with -tags ibverbs): run it without -R or -z)"
+		return " (no server on that port; a perftest server run with -R or -z listens through rdma_cm, which this build of rdmakit perf speaks only on roce devices (-d roceN with -R or -z; build with -tags ibverbs for RDMA NICs): run it without -R or -z)"
 	}
 	return ""
 }

@@ -52,9 +52,17 @@
 // per QP, so that ECMP spreads QPs); everything arrives on the context's
 // socket.
 //
-// Not served: SEND with invalidate, UD queue pairs (and so the RDMA CM
-// wire exchange over QP1; package cm connects roce QPs with its TCP
-// handshake), alternate paths.
+// # RDMA CM
+//
+// ListenCM and DialCM connect RC QPs through the RDMA CM's wire exchange
+// (REQ, REP, RTU; DREQ, DREP; REJ and MRA), whose MADs travel in UD
+// packets to and from QP 1 on the device socket, so that rdma_cm peers
+// (rping, perftest -R, against rxe or a RoCE NIC) connect to rdmakit and
+// rdmakit to them; package cm's TCP handshake remains the way between
+// rdmakit programs that share a credential.
+//
+// Not served: SEND with invalidate, UD queue pairs for applications (QP 1
+// carries only the CM), alternate paths.
 //
 // # Goroutines and performance
 //

@@ -123,6 +123,8 @@ type endpoint struct {
 	testCE func() bool
 	// noGSO: the kernel refused segmentation offload once.
 	noGSO atomic.Bool
+	// cm is the RDMA CM (cm.go), started on first use.
+	cm atomic.Pointer[cmService]
 
 	// kickMu guards kicked, the QPs handed to the sender goroutine (each
 	// at most once: qpDriver.txKicked); kickc wakes it (one token),
@@ -209,6 +211,9 @@ func (ep *endpoint) release() error {
 	err := ep.conn.Close()
 	close(ep.stop)
 	ep.wg.Wait()
+	if g := ep.cm.Load(); g != nil {
+		g.close()
+	}
 	if err != nil && !errors.Is(err, net.ErrClosed) {
 		return fmt.Errorf("roce: closing the socket: %w", err)
 	}
@@ -543,6 +548,10 @@ func (ep *endpoint) input(b []byte, from netip.AddrPort, tos uint8) {
 	}
 	if testRx != nil {
 		testRx(from, p)
+	}
+	if p.BTH.DestQP() == header.GSIQP {
+		ep.cmInput(b, p, from) // RDMA CM (cm.go)
+		return
 	}
 	d := (*ep.qps.Load())[p.BTH.DestQP()]
 	if d == nil {

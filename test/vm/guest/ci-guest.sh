@@ -114,6 +114,12 @@ if [[ -z ${CI_RUN:-} && -f "$HERE/roce.sh" ]]; then
   echo "# roce done at $(elapsed)"
 fi
 
+if [[ -z ${CI_RUN:-} && -x ./rdmakit && -f "$HERE/roce-cm.sh" ]]; then
+  # shellcheck source=roce-cm.sh
+  . "$HERE/roce-cm.sh"
+  echo "# roce RDMA CM done at $(elapsed)"
+fi
+
 echo "# total $(elapsed)"
 echo "$PASS passed, $FAIL failed, $SKIP skipped"
 ((FAIL == 0))

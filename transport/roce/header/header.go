@@ -40,6 +40,14 @@ const (
 // DefaultPKey is the default partition key (full membership).
 const DefaultPKey = 0xffff
 
+// The general services interface (GSI) queue pair, which carries
+// management datagrams (the communication manager's among them) as UD
+// packets, and the Q_Key they carry.
+const (
+	GSIQP   = 1
+	GSIQKey = 0x80010000
+)
+
 // Opcode is the BTH opcode: the transport service in the top three bits,
 // the operation in the rest.
 type Opcode uint8
