@@ -5,16 +5,17 @@ package roce
 // rxe or a RoCE NIC, through librdmacm: rping, perftest -R) connect to
 // rdmakit RC queue pairs and rdmakit ones to them. The protocol is
 // internal/ibcm's I/O-free engine; this file is its shell: packets in
-// (from the endpoint's progress goroutine, endpoint.input), packets out
+// (from whoever steps the endpoint: its progress goroutine or a goroutine
+// polling a CQ, endpoint.input), packets out
 // (the endpoint's socket), the timer, and the QP transitions the engine's
 // events call for.
 //
-// Goroutines: the engine is guarded by cmService.mu, taken by the progress
-// goroutine (cmInput), the timer (onTimer) and the application goroutines
+// Goroutines: the engine is guarded by cmService.mu, taken by the
+// endpoint's stepper (cmInput), the timer (onTimer) and the application goroutines
 // in ListenCM, Accept, DialCM and Close. Events reach the goroutine that
 // waits for them through a channel per connection (or per listener, for
-// requests); QP transitions are made there, never on the progress
-// goroutine (which may hold a QP's rxMu). Each CMConn has a watcher
+// requests); QP transitions are made there, never by the stepper (which
+// may hold a QP's rxMu), and never under cmService.mu. Each CMConn has a watcher
 // goroutine that moves its QP to ERROR when the peer disconnects; it
 // ends with Close or the endpoint.
 

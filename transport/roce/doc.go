@@ -68,9 +68,14 @@
 //
 // One progress goroutine per socket receives in batches (recvmmsg, with
 // UDP GRO), runs the responders and steps the requesters, and answers in
-// batches (sendmmsg); requests are sent by the goroutine that makes them
-// possible (PostSend's caller, a QP's timer, the progress goroutine after
-// an ACK). Runs of equal-sized datagrams to an rdmakit peer go as one UDP
-// GSO message. Packet buffers are allocated once per socket and per QP;
-// nothing allocates per packet.
+// batches (sendmmsg). A goroutine that polls a CQ of the context and
+// finds it empty does the same work itself, when the progress goroutine
+// is not at it (CQ.Poll, through internal/soft's Progresser): an
+// application that spins on its CQ receives its ACKs and the peer's
+// writes on its own thread, with no goroutine to wake. Requests are sent
+// by the goroutine that makes them possible (PostSend's caller, a QP's
+// timer, a poller after an ACK; the sender goroutine when the progress
+// goroutine received the ACK). Runs of equal-sized datagrams to an
+// rdmakit peer go as one UDP GSO message. Packet buffers are allocated
+// once per socket and per QP; nothing allocates per packet.
 package roce
