@@ -25,12 +25,10 @@ const (
 
 // Context is an open software device.
 type Context struct {
-	info DeviceInfo
-	drv  ContextTransport
-	// progress is drv when it is a Progresser (nil: not).
-	progress Progresser
-	arena    *arena.Arena
-	keys     keytab.Table
+	info  DeviceInfo
+	drv   ContextTransport
+	arena *arena.Arena
+	keys  keytab.Table
 	// keysOff is where the key table lives in the arena.
 	keysOff, keysLen int
 	// stats counts completions when the process opted in (nil: not).
@@ -79,7 +77,6 @@ func open(t Transport, dev DeviceInfo, opts driver.Options) (*Context, error) {
 		a.Close()
 		return nil, err
 	}
-	c.progress, _ = c.drv.(Progresser)
 	return c, nil
 }
 

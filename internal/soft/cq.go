@@ -21,6 +21,7 @@ type CQ struct {
 	r    ring.Ring
 	off  int
 	size int
+	prog Progresser // the transport's, if it has one (progress.go)
 
 	closed atomic.Bool
 }
@@ -35,7 +36,7 @@ func (c *Context) CreateCQ(cqe int) (driver.CQ, error) {
 	if err != nil {
 		return nil, err
 	}
-	cq := &CQ{ctx: c, r: ring.Init(b, cqe, rc.WCSize), off: off, size: n}
+	cq := &CQ{ctx: c, r: ring.Init(b, cqe, rc.WCSize), off: off, size: n, prog: progresser(c)}
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -52,13 +53,19 @@ func (cq *CQ) Cap() int { return cq.r.Cap() }
 
 // Poll moves up to len(wcs) completions into wcs and returns how many. It
 // never blocks and never allocates. Once the CQ has overflowed, Poll
-// returns what is left and then ErrCQOverflow. When it finds nothing, a
-// Progresser transport does its pending work on the calling goroutine
-// first; Poll with no room (len(wcs) == 0) does only that.
+// returns what is left and then ErrCQOverflow.
 func (cq *CQ) Poll(wcs []WorkCompletion) (int, error) {
-	n := cq.pop(wcs)
-	if n == 0 && cq.ctx.progress != nil && cq.ctx.progress.Progress() && len(wcs) > 0 {
-		n = cq.pop(wcs)
+	var buf [rc.WCSize]byte
+	var w rc.WC
+	n := 0
+	cq.progress()
+	for n < len(wcs) && cq.r.TryPop(buf[:]) {
+		w.Decode(buf[:])
+		wcs[n] = WorkCompletion{
+			WRID: w.WRID, Status: Status(w.Status), Opcode: WCOpcode(w.Opcode),
+			ByteLen: w.ByteLen, Imm: w.Imm, Flags: WCFlags(w.Flags), QPNum: w.QPN, SrcQP: w.SrcQP,
+		}
+		n++
 	}
 	if s := cq.ctx.stats; s != nil {
 		s.Completions(wcs[:n])
@@ -72,22 +79,6 @@ func (cq *CQ) Poll(wcs []WorkCompletion) (int, error) {
 		}
 	}
 	return n, nil
-}
-
-// pop moves up to len(wcs) completions from the ring into wcs.
-func (cq *CQ) pop(wcs []WorkCompletion) int {
-	var buf [rc.WCSize]byte
-	var w rc.WC
-	n := 0
-	for n < len(wcs) && cq.r.TryPop(buf[:]) {
-		w.Decode(buf[:])
-		wcs[n] = WorkCompletion{
-			WRID: w.WRID, Status: Status(w.Status), Opcode: WCOpcode(w.Opcode),
-			ByteLen: w.ByteLen, Imm: w.Imm, Flags: WCFlags(w.Flags), QPNum: w.QPN, SrcQP: w.SrcQP,
-		}
-		n++
-	}
-	return n
 }
 
 // Wait blocks until at least one completion is available (verbs has
@@ -107,6 +98,7 @@ func (cq *CQ) Wait(ctx context.Context, wcs []WorkCompletion) (int, error) {
 		if err := ctx.Err(); err != nil {
 			return 0, err
 		}
+		cq.sleeping()
 		cq.r.Wait(100 * time.Millisecond)
 	}
 }

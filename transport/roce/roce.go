@@ -246,7 +246,11 @@ func (cd *ctxDriver) Close() error { return cd.ep.release() }
 
 // Progress lets a goroutine polling an empty CQ step the endpoint
 // (soft.Progresser).
-func (cd *ctxDriver) Progress() bool { return cd.ep.Progress() }
+func (cd *ctxDriver) Progress(*soft.CQ) { cd.ep.Progress() }
+
+// Sleep: a waiter on the CQ is going to sleep; the progress goroutine
+// does the work meanwhile, as it always may (soft.Progresser).
+func (cd *ctxDriver) Sleep(*soft.CQ) {}
 
 func ctxOf(ctx *verbs.Context) *ctxDriver {
 	if sc, ok := ctx.Driver().(*soft.Context); ok {
