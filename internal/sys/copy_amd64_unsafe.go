@@ -1,0 +1,40 @@
+//go:build amd64 && !race
+
+package sys
+
+import (
+	"unsafe"
+
+	"golang.org/x/sys/cpu"
+)
+
+// movsb copies n bytes from src to dst with REP MOVSB (copy_amd64.s); the
+// ranges must not overlap.
+//
+//go:noescape
+func movsb(dst, src unsafe.Pointer, n int)
+
+// useMovsb: the CPU has enhanced REP MOVSB (ERMS), which on current cores
+// moves in-cache blocks of tens of KiB faster than the runtime's AVX loop
+// (see Copy).
+var useMovsb = cpu.X86.HasERMS
+
+// Copy is copy(dst, src) for the data path of the memory transports.
+// Copies of MovsbMin bytes or more, whose ranges do not overlap, go
+// through REP MOVSB on CPUs with ERMS: on the AMD EPYC (Zen 5) dev host a
+// 64 KiB in-cache copy takes ~510 ns that way against ~680 ns for the
+// runtime's memmove (glibc's memcpy makes the same choice, ~520 ns).
+// Smaller copies, and every copy in race builds (which must see the
+// accesses), use copy.
+func Copy(dst, src []byte) int {
+	n := min(len(dst), len(src))
+	if n < MovsbMin || !useMovsb {
+		return copy(dst, src)
+	}
+	d, s := unsafe.Pointer(unsafe.SliceData(dst)), unsafe.Pointer(unsafe.SliceData(src))
+	if uintptr(d) < uintptr(s)+uintptr(n) && uintptr(s) < uintptr(d)+uintptr(n) {
+		return copy(dst, src) // overlapping: memmove
+	}
+	movsb(d, s, n)
+	return n
+}

@@ -1,0 +1,7 @@
+//go:build !amd64 || race
+
+package sys
+
+// Copy is copy(dst, src) for the data path of the memory transports (see
+// copy_amd64_unsafe.go; elsewhere, and in race builds, it is copy).
+func Copy(dst, src []byte) int { return copy(dst, src) }
