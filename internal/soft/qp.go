@@ -761,7 +761,7 @@ func (qp *QP) resolveLocal(sg SGE, needWrite bool) ([]byte, keytab.Pin, bool) {
 	if sg.Length == 0 {
 		return nil, keytab.Pin{}, true
 	}
-	e, pin, ok := qp.ctx.keys.LookupPin(sg.LKey, &qp.lcache)
+	e, pin, ok := qp.ctx.keys.LookupRef(sg.LKey, &qp.lcache)
 	if !ok || e.Flags&keytab.FlagRemoteKey != 0 || e.PD != qp.pd.handle {
 		return nil, pin, false
 	}
