@@ -38,3 +38,16 @@ func Copy(dst, src []byte) int {
 	movsb(d, s, n)
 	return n
 }
+
+// storeRel64 is a plain store (copy_amd64.s): on amd64 every store has
+// release order, and the call keeps the compiler from moving memory
+// accesses across it.
+//
+//go:noescape
+func storeRel64(p *uint64, v uint64)
+
+// StoreRelease64 stores v at b[off:] with release order only: every
+// access before it is visible before it, but a later load may be
+// performed first (unlike Store64, a locked instruction on amd64). For a
+// word that hands a slot back, where no one waits on the store.
+func StoreRelease64(b []byte, off int, v uint64) { storeRel64(p64(b, off), v) }
