@@ -106,11 +106,17 @@ func (cq *CQ) Wait(ctx context.Context, wcs []WorkCompletion) (int, error) {
 func decodeWC(b []byte, wc *WorkCompletion) {
 	le := binary.LittleEndian
 	_ = b[rc.WCSize-1]
-	*wc = WorkCompletion{
-		WRID: le.Uint64(b[0:]), Status: Status(le.Uint32(b[8:])), Opcode: WCOpcode(le.Uint32(b[12:])),
-		ByteLen: le.Uint32(b[16:]), Imm: le.Uint32(b[20:]), QPNum: le.Uint32(b[24:]), SrcQP: le.Uint32(b[28:]),
-		Flags: WCFlags(le.Uint32(b[32:])),
-	}
+	// Field by field: a composite literal is built on the stack in 4-byte
+	// stores and copied in 16-byte loads, which the CPU cannot forward
+	// (measured: half of Poll's time).
+	wc.WRID = le.Uint64(b[0:])
+	wc.Status = Status(le.Uint32(b[8:]))
+	wc.Opcode = WCOpcode(le.Uint32(b[12:]))
+	wc.ByteLen = le.Uint32(b[16:])
+	wc.Imm = le.Uint32(b[20:])
+	wc.QPNum = le.Uint32(b[24:])
+	wc.SrcQP = le.Uint32(b[28:])
+	wc.Flags = WCFlags(le.Uint32(b[32:]))
 }
 
 // push delivers a completion from a local producer, encoded in place.
