@@ -235,3 +235,44 @@ func TestDirectAtomicList(t *testing.T) {
 		t.Fatalf("target word %d, want 7", got)
 	}
 }
+
+// The direct path allocates nothing: a list of Writes and Reads, and
+// atomics one at a time, each polled back.
+func TestDirectNoAllocs(t *testing.T) {
+	p := newDirectPair(t, 1<<16, 64)
+	a, b := p.A, p.B
+	list := make([]verbs.SendWR, 32)
+	for i := range list {
+		op := verbs.OpWrite
+		if i%2 == 1 {
+			op = verbs.OpRead
+		}
+		list[i] = verbs.SendWR{Opcode: op, SGL: []verbs.SGE{a.MR.SGE(64*i, 64)}, RemoteAddr: b.MR.Addr() + uint64(64*i), RKey: b.MR.RKey()}
+	}
+	list[31].Flags = verbs.SendSignaled
+	fadd := []verbs.SendWR{{Opcode: verbs.OpFetchAndAdd, Flags: verbs.SendSignaled, SGL: []verbs.SGE{a.MR.SGE(4096, 8)},
+		RemoteAddr: b.MR.Addr() + 4096, RKey: b.MR.RKey(), CompareAdd: 1}}
+	wcs := make([]verbs.WorkCompletion, 1)
+	poll := func() {
+		for {
+			if n, err := a.SCQ.Poll(wcs); err != nil || n == 1 && wcs[0].Status != verbs.StatusSuccess {
+				t.Fatal(err, wcs[0].Err())
+			} else if n == 1 {
+				return
+			}
+		}
+	}
+	allocs := testing.AllocsPerRun(1000, func() {
+		if err := a.QP.PostSend(list); err != nil {
+			t.Fatal(err)
+		}
+		poll()
+		if err := a.QP.PostSend(fadd); err != nil {
+			t.Fatal(err)
+		}
+		poll()
+	})
+	if allocs != 0 {
+		t.Fatalf("%v allocations per list and atomic", allocs)
+	}
+}
