@@ -356,7 +356,7 @@ func (t *Target) CopyIn(pin keytab.Pin, dst []byte, src [][]byte, lp LocalPins) 
 		if st := t.both(pin, lp, 0); st != Success {
 			return st
 		}
-		copy(dst, src[0])
+		sys.Copy(dst, src[0])
 		lp.Leave(0)
 		t.keys.Leave(pin)
 		return Success
@@ -378,7 +378,7 @@ func (t *Target) CopyOut(pin keytab.Pin, dst [][]byte, src []byte, lp LocalPins)
 			if st := t.both(pin, lp, i); st != Success {
 				return st
 			}
-			copy(d, src[:k])
+			sys.Copy(d, src[:k])
 			lp.Leave(i)
 			t.keys.Leave(pin)
 			d, src = d[k:], src[k:]
@@ -633,7 +633,7 @@ func (t *Target) CopySGPinned(dst [][]byte, pins []keytab.Pin, src [][]byte, lp 
 				t.keys.Leave(pins[di])
 				return Success, LocalProtection
 			}
-			copy(dst[di][doff:], s[:k])
+			sys.Copy(dst[di][doff:], s[:k])
 			lp.Leave(i)
 			t.keys.Leave(pins[di])
 			doff += k
