@@ -25,7 +25,10 @@ var useMovsb = cpu.X86.HasERMS
 // 64 KiB in-cache copy takes ~510 ns that way against ~680 ns for the
 // runtime's memmove (glibc's memcpy makes the same choice, ~520 ns).
 // Smaller copies, and every copy in race builds (which must see the
-// accesses), use copy.
+// accesses), use copy. Like copy, Copy promises nothing about the order in
+// which other CPUs see the bytes (REP MOVSB's stores may become visible
+// out of order): a reader of shared memory needs a separate flag written
+// after it, as it does with copy.
 func Copy(dst, src []byte) int {
 	n := min(len(dst), len(src))
 	if n < MovsbMin || !useMovsb {
