@@ -9,7 +9,9 @@ package soft
 // entries on the posting goroutine under a lock of its own (shm) can
 // implement LockedExecutor instead: PostSend then appends and executes
 // under that one lock, which also replaces cmu, so an uncontended post
-// takes one lock pair, not three. A transition to ERROR (by
+// takes one lock pair, not three; one that is also a DirectExecutor
+// executes what it can of the caller's list straight away, on the posting
+// goroutine under that lock, while nothing is queued. A transition to ERROR (by
 // Modify, by a failed completion, or by a peer through the control block)
 // flushes what is left in the send queue and receive queue with WRFlush
 // completions, so every posted work request completes exactly once.
