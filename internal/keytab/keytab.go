@@ -295,6 +295,28 @@ func (t Table) LookupPin(key uint32, c *Cache) (Entry, Pin, bool) {
 	return e, Pin{so: so, seq: seq}, ok
 }
 
+// LookupRef is LookupPin through c (which it needs), returning the
+// cached entry by reference: valid until the next lookup through c, not
+// to be modified. The hot paths use it: a 40-byte Entry returned by value
+// is copied through the stack in overlapping pieces that the CPU cannot
+// forward to the loads that follow (store-forwarding stalls measured at
+// a third of a cached lookup's time).
+func (t Table) LookupRef(key uint32, c *Cache) (*Entry, Pin, bool) {
+	if c.so != 0 && c.key == key && sys.Load32(t.b, c.so+oSeq) == c.seq {
+		return &c.e, Pin{so: c.so, seq: c.seq}, true
+	}
+	return t.lookupInto(key, c)
+}
+
+func (t Table) lookupInto(key uint32, c *Cache) (*Entry, Pin, bool) {
+	e, so, seq, ok := t.lookup(key)
+	if !ok {
+		return nil, Pin{}, false
+	}
+	*c = Cache{key: key, seq: seq, so: so, e: e}
+	return &c.e, Pin{so: so, seq: seq}, true
+}
+
 // Lookup finds the live entry for key.
 func (t Table) Lookup(key uint32) (Entry, bool) {
 	e, _, _, ok := t.lookup(key)

@@ -218,7 +218,7 @@ func (t *Target) Accepting() bool {
 	return s == StateRTR || s == StateRTS
 }
 
-func (t *Target) memory(e keytab.Entry, addr uint64, n int) ([]byte, bool) {
+func (t *Target) memory(e *keytab.Entry, addr uint64, n int) ([]byte, bool) {
 	if n == 0 {
 		return nil, true
 	}
@@ -240,7 +240,7 @@ func (t *Target) memory(e keytab.Entry, addr uint64, n int) ([]byte, bool) {
 	return t.arena[start : start+uint64(n)], true
 }
 
-func inBounds(e keytab.Entry, addr uint64, n int) bool {
+func inBounds(e *keytab.Entry, addr uint64, n int) bool {
 	end := addr + uint64(n)
 	return addr >= e.VA && end >= addr && end <= e.VA+e.Length
 }
@@ -262,7 +262,16 @@ func (t *Target) RemotePin(c *keytab.Cache, rkey uint32, addr uint64, n int, acc
 	if n == 0 {
 		return nil, keytab.Pin{}, Success
 	}
-	e, pin, ok := t.keys.LookupPin(rkey, c)
+	var e *keytab.Entry
+	var pin keytab.Pin
+	var ok bool
+	if c != nil {
+		e, pin, ok = t.keys.LookupRef(rkey, c)
+	} else {
+		var v keytab.Entry
+		v, pin, ok = t.keys.LookupPin(rkey, nil)
+		e = &v
+	}
 	if !ok || e.Flags&keytab.FlagRemoteKey == 0 || e.PD != t.pd || e.Flags&access == 0 || !inBounds(e, addr, n) {
 		return nil, keytab.Pin{}, RemoteAccess
 	}
@@ -347,7 +356,7 @@ func (t *Target) CopyIn(pin keytab.Pin, dst []byte, src [][]byte, lp LocalPins) 
 		if st := t.both(pin, lp, 0); st != Success {
 			return st
 		}
-		copy(dst, src[0])
+		sys.Copy(dst, src[0])
 		lp.Leave(0)
 		t.keys.Leave(pin)
 		return Success
@@ -369,7 +378,7 @@ func (t *Target) CopyOut(pin keytab.Pin, dst [][]byte, src []byte, lp LocalPins)
 			if st := t.both(pin, lp, i); st != Success {
 				return st
 			}
-			copy(d, src[:k])
+			sys.Copy(d, src[:k])
 			lp.Leave(i)
 			t.keys.Leave(pin)
 			d, src = d[k:], src[k:]
@@ -399,10 +408,10 @@ func (t *Target) LocalPin(lkey uint32, addr uint64, n int) ([]byte, keytab.Pin, 
 		return nil, keytab.Pin{}, Success
 	}
 	e, pin, ok := t.keys.LookupPin(lkey, nil)
-	if !ok || e.Flags&keytab.FlagRemoteKey != 0 || e.PD != t.pd || e.Flags&AccessLocalWrite == 0 || !inBounds(e, addr, n) {
+	if !ok || e.Flags&keytab.FlagRemoteKey != 0 || e.PD != t.pd || e.Flags&AccessLocalWrite == 0 || !inBounds(&e, addr, n) {
 		return nil, keytab.Pin{}, LocalProtection
 	}
-	m, ok := t.memory(e, addr, n)
+	m, ok := t.memory(&e, addr, n)
 	if !ok {
 		return nil, keytab.Pin{}, LocalProtection
 	}
@@ -624,7 +633,7 @@ func (t *Target) CopySGPinned(dst [][]byte, pins []keytab.Pin, src [][]byte, lp 
 				t.keys.Leave(pins[di])
 				return Success, LocalProtection
 			}
-			copy(dst[di][doff:], s[:k])
+			sys.Copy(dst[di][doff:], s[:k])
 			lp.Leave(i)
 			t.keys.Leave(pins[di])
 			doff += k

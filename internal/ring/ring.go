@@ -133,59 +133,93 @@ func (r Ring) Len() int {
 // TryPush copies src (at most Payload bytes) into a free slot. It returns
 // false when the ring is full.
 func (r Ring) TryPush(src []byte) bool {
-	pos := sys.Load64(r.b, offTail)
+	pos, slot, ok := r.Reserve()
+	if ok {
+		copy(slot, src)
+		r.Publish(pos)
+	}
+	return ok
+}
+
+// Reserve claims the next free slot for a producer and returns its
+// position and payload (Payload bytes, to be filled in place), or ok
+// false when the ring is full. Publish(pos) hands the slot to consumers;
+// until then consumers wait at it (so publish soon, and without fail).
+func (r Ring) Reserve() (pos uint64, payload []byte, ok bool) {
+	pos = sys.Load64(r.b, offTail)
 	for {
 		so := headerSize + int(pos&r.mask)*r.slot
 		seq := sys.Load64(r.b, so)
 		switch d := int64(seq - pos); {
 		case d == 0:
 			if sys.CAS64(r.b, offTail, pos, pos+1) {
-				copy(r.b[so+8:so+r.slot], src)
-				raceRelease()
-				sys.Store64(r.b, so, pos+1)
-				return true
+				return pos, r.b[so+8 : so+r.slot], true
 			}
 			pos = sys.Load64(r.b, offTail)
 		case d < 0:
-			return false
+			return 0, nil, false
 		default:
 			// Another producer moved on; a tail that did not move means
 			// the slot is inconsistent (a corrupted ring): give up.
 			np := sys.Load64(r.b, offTail)
 			if np == pos {
-				return false
+				return 0, nil, false
 			}
 			pos = np
 		}
 	}
 }
 
+// Publish makes the slot Reserve returned at pos visible to consumers.
+func (r Ring) Publish(pos uint64) {
+	raceRelease()
+	sys.Store64(r.b, headerSize+int(pos&r.mask)*r.slot, pos+1)
+}
+
 // TryPop copies the oldest entry into dst (at most Payload bytes) and
 // returns true, or returns false when the ring is empty.
 func (r Ring) TryPop(dst []byte) bool {
-	pos := sys.Load64(r.b, offHead)
+	pos, slot, ok := r.Claim()
+	if ok {
+		copy(dst, slot)
+		r.Release(pos)
+	}
+	return ok
+}
+
+// Claim takes the oldest entry for a consumer and returns its position
+// and payload (to be read in place), or ok false when the ring is empty.
+// Release(pos) gives the slot back to producers; until then they find
+// the ring full at it (so release soon, and without fail).
+func (r Ring) Claim() (pos uint64, payload []byte, ok bool) {
+	pos = sys.Load64(r.b, offHead)
 	for {
 		so := headerSize + int(pos&r.mask)*r.slot
 		seq := sys.Load64(r.b, so)
 		switch d := int64(seq - (pos + 1)); {
 		case d == 0:
 			if sys.CAS64(r.b, offHead, pos, pos+1) {
-				copy(dst, r.b[so+8:so+r.slot])
 				raceAcquire()
-				sys.Store64(r.b, so, pos+r.mask+1)
-				return true
+				return pos, r.b[so+8 : so+r.slot], true
 			}
 			pos = sys.Load64(r.b, offHead)
 		case d < 0:
-			return false
+			return 0, nil, false
 		default:
 			np := sys.Load64(r.b, offHead)
 			if np == pos {
-				return false
+				return 0, nil, false
 			}
 			pos = np
 		}
 	}
+}
+
+// Release gives the slot Claim returned at pos back to producers. A
+// release store is enough: the payload was read before it, and nobody
+// sleeps waiting for a free slot.
+func (r Ring) Release(pos uint64) {
+	sys.StoreRelease64(r.b, headerSize+int(pos&r.mask)*r.slot, pos+r.mask+1)
 }
 
 // Empty reports whether no published entry is waiting.

@@ -9,7 +9,9 @@ package soft
 // entries on the posting goroutine under a lock of its own (shm) can
 // implement LockedExecutor instead: PostSend then appends and executes
 // under that one lock, which also replaces cmu, so an uncontended post
-// takes one lock pair, not three. A transition to ERROR (by
+// takes one lock pair, not three; one that is also a DirectExecutor
+// executes what it can of the caller's list straight away, on the posting
+// goroutine under that lock, while nothing is queued. A transition to ERROR (by
 // Modify, by a failed completion, or by a peer through the control block)
 // flushes what is left in the send queue and receive queue with WRFlush
 // completions, so every posted work request completes exactly once.
@@ -88,6 +90,8 @@ type QP struct {
 	// xl is drv as a LockedExecutor, or nil: then its lock, not mu,
 	// guards appending to the send queue, and not cmu completing.
 	xl LockedExecutor
+	// dx is drv as a DirectExecutor, or nil.
+	dx DirectExecutor
 
 	// mu guards state, attr, and appending to the send queue (unless xl).
 	mu     sync.Mutex
@@ -243,6 +247,7 @@ func (pd *PD) CreateQP(dc driver.QPConfig) (driver.QP, error) {
 	qp.drv, err = c.drv.NewQP(qp)
 	if x, ok := qp.drv.(LockedExecutor); ok && err == nil {
 		qp.xl = x
+		qp.dx, _ = x.(DirectExecutor)
 	}
 	if err != nil {
 		c.mu.Lock()
@@ -586,12 +591,84 @@ func (qp *QP) postLocked(wrs []SendWR) error {
 		qp.xl.Unlock()
 		return postErr(0, ErrInvalidState, "QP is %s, send needs RTS", s)
 	}
-	posted, err := qp.prepareAll(wrs)
+	base := 0
+	if qp.dx != nil && qp.headL == qp.tailL {
+		// Nothing queued: the transport executes what it can right away.
+		// At most a full queue's worth, so that a list longer than the
+		// send queue fails where it did when it was queued.
+		k := min(len(wrs), qp.cap.MaxSendWR)
+		base = qp.dx.PostDirect(wrs[:k])
+		if base == len(wrs) {
+			qp.xl.Unlock()
+			return nil
+		}
+		if base == qp.cap.MaxSendWR {
+			qp.xl.Unlock()
+			return postErr(base, ErrQueueFull, "send queue holds %d work requests; poll completions first", qp.cap.MaxSendWR)
+		}
+	}
+	posted, err := qp.prepareAll(wrs[base:])
 	if posted > 0 {
 		qp.xl.RunLocked()
 	}
 	qp.xl.Unlock()
+	if pe, ok := err.(*driver.PostError); ok && base > 0 {
+		pe.Index += base
+	}
 	return err
+}
+
+// DirectLocal checks wr for a DirectExecutor (its lock held, the QP in
+// RTS) as prepare would, and resolves its local memory: it returns the
+// memory of its one SGE and that memory's pin. It returns ok false for
+// anything but a Write (inline or not), Read or atomic of one SGE of 1 to
+// rc.ChunkSize bytes whose every local check passes: those go through
+// the send queue, whose path reports the error or handles the case.
+func (qp *QP) DirectLocal(wr *SendWR) (local []byte, pin keytab.Pin, ok bool) {
+	if len(wr.SGL) != 1 || qp.cap.MaxSendSGE < 1 {
+		return nil, pin, false
+	}
+	sg := wr.SGL[0]
+	if sg.Length == 0 || sg.Length > rc.ChunkSize {
+		return nil, pin, false
+	}
+	needWrite := true
+	switch wr.Opcode {
+	case OpWrite:
+		needWrite = false
+		if wr.Flags&SendInline != 0 && sg.Length > uint32(qp.cap.MaxInlineData) {
+			return nil, pin, false
+		}
+	case OpRead:
+		if wr.Flags&SendInline != 0 {
+			return nil, pin, false
+		}
+	case OpCompareAndSwap, OpFetchAndAdd:
+		if wr.Flags&SendInline != 0 || sg.Length != 8 || wr.RemoteAddr&7 != 0 || qp.ctx.info.AtomicCap == AtomicNone {
+			return nil, pin, false
+		}
+	default:
+		return nil, pin, false
+	}
+	return qp.resolveLocal(sg, needWrite)
+}
+
+// HoldLocal enters the local pin of a direct work request through the
+// executor's hold (see rc.LocalPins); false: its key was removed. The
+// executor's lock is held.
+func (qp *QP) HoldLocal(p keytab.Pin) bool { return qp.ctx.keys.EnterHeld(&qp.hold, p) }
+
+// DirectDone completes a work request a DirectExecutor executed with
+// success: a completion if it was signaled (or the QP signals all).
+func (qp *QP) DirectDone(wr *SendWR) {
+	if wr.Flags&SendSignaled != 0 || qp.sigAll {
+		qp.directWC(wr)
+	}
+}
+
+func (qp *QP) directWC(wr *SendWR) {
+	w := rc.WC{WRID: wr.ID, Opcode: wcOpcodes[wr.Opcode], ByteLen: wr.SGL[0].Length, QPN: qp.num}
+	qp.pushSend(&w)
 }
 
 // prepare validates wr and appends it; qp.mu (xl's lock) is held.
@@ -686,7 +763,7 @@ func (qp *QP) resolveLocal(sg SGE, needWrite bool) ([]byte, keytab.Pin, bool) {
 	if sg.Length == 0 {
 		return nil, keytab.Pin{}, true
 	}
-	e, pin, ok := qp.ctx.keys.LookupPin(sg.LKey, &qp.lcache)
+	e, pin, ok := qp.ctx.keys.LookupRef(sg.LKey, &qp.lcache)
 	if !ok || e.Flags&keytab.FlagRemoteKey != 0 || e.PD != qp.pd.handle {
 		return nil, pin, false
 	}

@@ -34,7 +34,9 @@ type (
 
 const (
 	AccessLocalWrite      = driver.AccessLocalWrite
+	OpWrite               = driver.OpWrite
 	OpRead                = driver.OpRead
+	OpCompareAndSwap      = driver.OpCompareAndSwap
 	OpFetchAndAdd         = driver.OpFetchAndAdd
 	SendInline            = driver.SendInline
 	SendSignaled          = driver.SendSignaled
@@ -125,6 +127,22 @@ type LockedExecutor interface {
 	// RunLocked executes the entries up to QP.SendTail, as PostSend
 	// would; the lock is held.
 	RunLocked()
+}
+
+// DirectExecutor is a LockedExecutor that can execute work requests
+// straight from the caller's list, without queueing them, when nothing is
+// queued ahead of them (shm: the shortest path from PostSend to the
+// peer's memory). The engine calls PostDirect with the lock held, the QP
+// in RTS and its send queue empty; the transport executes a prefix of wrs
+// that it can complete with success right away, each checked as the
+// engine checks it (QP.DirectLocal), signaled ones completed with
+// QP.DirectDone, and returns its length. The engine posts the rest (the
+// first work request that needs the queue, waits, or fails, and those
+// after it) the ordinary way, so every error is reported by one code
+// path.
+type DirectExecutor interface {
+	LockedExecutor
+	PostDirect(wrs []SendWR) int
 }
 
 // NewDriver makes a software transport a verbs/driver.Driver, for

@@ -12,7 +12,11 @@
 //     PageSize, Addr;
 //   - atomics on words inside byte slices (which may be shared with other
 //     processes through a MAP_SHARED mapping): Load32, Store32, Add32,
-//     CAS32, Load64, Store64, Add64, CAS64, CompareSwap64, FetchAdd64;
+//     CAS32, Load64, Store64, Add64, CAS64, CompareSwap64, FetchAdd64, and
+//     StoreRelease64 (release order only: a plain store on amd64);
+//   - the CPU (cpu_amd64.s, cpu_amd64_unsafe.go; cpu_other.go elsewhere and
+//     in race builds): Copy (REP MOVSB for large in-cache copies), Ticks and
+//     HasTicks (the invariant time-stamp counter);
 //   - futexes and scheduling: FutexWait, FutexWake, Yield;
 //   - descriptors: Read, Writev (with IOVecs, MaxIOV, ErrAgain), Close,
 //     Inode, DupNonblock, IsTerminal;

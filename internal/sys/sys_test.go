@@ -166,3 +166,40 @@ func TestKillProcessGroup(t *testing.T) {
 		t.Fatal("KillProcessGroup did not kill the group")
 	}
 }
+
+func TestTicks(t *testing.T) {
+	if !HasTicks {
+		t.Skip("no invariant time-stamp counter on this CPU or build (Ticks is not used)")
+	}
+	t0, c0 := Ticks(), time.Now()
+	time.Sleep(2 * time.Millisecond)
+	t1, d := Ticks(), time.Since(c0)
+	if t1 <= t0 {
+		t.Fatalf("ticks went from %d to %d across %v", t0, t1, d)
+	}
+	if hz := float64(t1-t0) / d.Seconds(); hz < 1e8 || hz > 1e11 {
+		t.Fatalf("counter rate %.3g Hz", hz)
+	}
+}
+
+func TestCopy(t *testing.T) {
+	for _, n := range []int{0, 1, 8, MovsbMin - 1, MovsbMin, 64 << 10, 300 << 10} {
+		src := make([]byte, n+64)
+		for i := range src {
+			src[i] = byte(i*7 + 1)
+		}
+		dst := make([]byte, n)
+		if got := Copy(dst, src[:n]); got != n || !bytes.Equal(dst, src[:n]) {
+			t.Fatalf("%d bytes: copied %d, equal %v", n, got, bytes.Equal(dst, src[:n]))
+		}
+		// Overlapping, both ways: memmove semantics.
+		want := append([]byte(nil), src[:n]...)
+		if n > 0 && Copy(src[64:], src[:n]) != n || !bytes.Equal(src[64:64+n], want) {
+			t.Fatalf("%d bytes overlapping forward: wrong", n)
+		}
+		want = append([]byte(nil), src[64:64+n]...)
+		if n > 0 && Copy(src[:n], src[64:64+n]) != n || !bytes.Equal(src[:n], want) {
+			t.Fatalf("%d bytes overlapping backward: wrong", n)
+		}
+	}
+}

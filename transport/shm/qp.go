@@ -10,6 +10,7 @@ import (
 	"github.com/rdmakit/rdmakit/internal/keytab"
 	"github.com/rdmakit/rdmakit/internal/rc"
 	"github.com/rdmakit/rdmakit/internal/soft"
+	"github.com/rdmakit/rdmakit/internal/sys"
 	"github.com/rdmakit/rdmakit/verbs"
 )
 
@@ -104,6 +105,82 @@ func (d *qpDriver) Unlock() { d.mu.Unlock() }
 
 // RunLocked executes the posted entries; d.mu is held.
 func (d *qpDriver) RunLocked() { d.run() }
+
+// qpDriver is a soft.DirectExecutor too: Writes, Reads and atomics posted
+// to an empty send queue go straight from the caller's work request list
+// to the peer's memory.
+var _ soft.DirectExecutor = (*qpDriver)(nil)
+
+// PostDirect executes the longest prefix of wrs that succeeds at once
+// (soft.DirectExecutor); d.mu is held, the QP is in RTS and its send
+// queue is empty. Every check of the queued path is made, before anything
+// is touched; a work request that fails one, or needs a receive, is left
+// to the queued path (exec), which reports it. The peer's key stays
+// entered from one work request to the next within the call (a pin
+// check then costs one load, not two atomic adds), for rc.ChunkSize bytes
+// at most, and is left before the call returns: a Dereg in the peer waits
+// at most that long, as it would for one chunk.
+func (d *qpDriver) PostDirect(wrs []soft.SendWR) int {
+	if !d.running || !d.rnrAt.IsZero() || d.next != d.qp.SendTail() {
+		return 0
+	}
+	t, qp := d.target, d.qp
+	var held keytab.Pin // the peer's key, entered
+	heldBytes := 0
+	n := 0
+	for ; n < len(wrs); n++ {
+		wr := &wrs[n]
+		local, lpin, ok := qp.DirectLocal(wr)
+		if !ok || !t.Accepting() || t.DestQPN() != qp.Num() {
+			break
+		}
+		access := rc.AccessRemoteAtomic
+		switch wr.Opcode {
+		case verbs.OpWrite:
+			access = rc.AccessRemoteWrite
+		case verbs.OpRead:
+			access = rc.AccessRemoteRead
+		}
+		mem, pin, st := t.RemotePin(&d.keys, wr.RKey, wr.RemoteAddr, len(local), access)
+		if st != rc.Success {
+			break
+		}
+		if pin != held {
+			if !t.Enter(pin) {
+				break
+			}
+			if !held.Zero() {
+				t.Leave(held)
+			}
+			held, heldBytes = pin, 0
+		}
+		// A pin equal to the held one was found live by RemotePin (its
+		// sequence word) after the hold counted us: a removal that came
+		// later waits for the hold's Leave.
+		if !qp.HoldLocal(lpin) {
+			break
+		}
+		switch wr.Opcode {
+		case verbs.OpWrite:
+			sys.Copy(mem, local)
+		case verbs.OpRead:
+			sys.Copy(local, mem)
+		case verbs.OpFetchAndAdd:
+			binary.LittleEndian.PutUint64(local, fetchAdd(mem, wr.CompareAdd))
+		default:
+			binary.LittleEndian.PutUint64(local, compareSwap(mem, wr.CompareAdd, wr.Swap))
+		}
+		if heldBytes += len(local); heldBytes >= rc.ChunkSize {
+			t.Leave(held)
+			held = keytab.Pin{}
+		}
+		qp.DirectDone(wr)
+	}
+	if !held.Zero() {
+		t.Leave(held)
+	}
+	return n
+}
 
 func (d *qpDriver) PostRecv() {
 	// A queue pair of this process may be waiting for this receive.

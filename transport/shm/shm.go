@@ -1,7 +1,8 @@
 package shm
 
 // Goroutines. Application goroutines run PostSend, which executes send
-// entries under qpDriver.mu in order. One progress goroutine per context
+// entries under qpDriver.mu in order (Writes, Reads and atomics posted to
+// an empty send queue straight from the caller's list: PostDirect). One progress goroutine per context
 // (started with the context, stopped by Close) retries entries parked by a
 // receiver-not-ready condition when their RNR timer expires or a receive
 // appears, watches peer processes (pidfd) and peers' error reports in the
