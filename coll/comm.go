@@ -15,6 +15,7 @@ import (
 	"os"
 	"runtime"
 	"sort"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -37,6 +38,7 @@ type Comm struct {
 	allSync      bool // every pair of ranks talks over a synchronous endpoint (shm; decided in setup)
 	spinFor      time.Duration
 	spinFirst    int // polls before a wait looks at the clock (proto.go)
+	lookMask     int // a long wait looks (clock, context, peers, yield) every lookMask+1 polls
 
 	boot   *frameConn
 	root   *root // served by this process for this communicator, or nil
@@ -155,10 +157,16 @@ func newComm(ctx context.Context, addr string, nonce uint64, nranks, rank int, o
 			c.local++
 		}
 	}
-	c.spinFor, c.spinFirst = 10*time.Microsecond, spinFirst
+	c.spinFor, c.spinFirst, c.lookMask = 10*time.Microsecond, spinFirst, lookEvery-1
 	if c.local > runtime.NumCPU() {
 		// Oversubscribed: let the others run.
-		c.spinFor, c.spinFirst = 2*time.Microsecond, spinOversub
+		c.spinFor, c.spinFirst, c.lookMask = 0, spinOversub, lookOversub-1
+	}
+	if v, err := strconv.Atoi(os.Getenv("XSPINFIRST")); err == nil {
+		c.spinFirst = v
+	}
+	if v, err := strconv.Atoi(os.Getenv("XLOOK")); err == nil {
+		c.lookMask = v - 1
 	}
 	err = c.bind()
 	if err == nil {

@@ -200,12 +200,15 @@ func (c *Comm) post(ch *channel, src []byte, lkey uint32) error {
 		return c.postLL(ch, src)
 	}
 	putWord(ch.flagSrc[slot*wordSize:], uint64(flagOf(k))|uint64(c.op.sig)<<32)
+	if q.ep.sync {
+		return c.postTail(ch, src, lkey)
+	}
 	n := uint64(0)
 	wrs := ch.wr[:0]
 	if len(src) > 0 {
 		ch.sge[0] = verbs.SGE{Addr: uint64(sys.Addr(src)), Length: uint32(len(src)), LKey: lkey}
 		w := verbs.SendWR{ID: wrID(q, q.posted+1), Opcode: verbs.OpWrite, SGL: ch.sge[0:1],
-			RemoteAddr: ch.remSlots + slot*uint64(ch.chunk), RKey: ch.remKey}
+			RemoteAddr: ch.remSlots + slot*uint64(ch.stride), RKey: ch.remKey}
 		if len(src) <= ch.inline {
 			w.Flags = verbs.SendInline
 		}
@@ -236,6 +239,34 @@ func (c *Comm) post(ch *channel, src []byte, lkey uint32) error {
 	ch.sk++
 	return nil
 }
+
+// postTail sends the channel's next message on a write-on-post endpoint
+// in one write of two segments: src, ending right where the slot's tail
+// flag is, then the flag word (already in flagSrc). The endpoint copies
+// the segments in order when posting, so the flag lands after the data,
+// as with two writes, for one work request instead of two.
+func (c *Comm) postTail(ch *channel, src []byte, lkey uint32) error {
+	q := ch.q
+	slot := ch.sk % ch.slots
+	sgl := ch.sge[:0]
+	if len(src) > 0 {
+		sgl = append(sgl, verbs.SGE{Addr: uint64(sys.Addr(src)), Length: uint32(len(src)), LKey: lkey})
+	}
+	sgl = append(sgl, verbs.SGE{Addr: ch.flagAddr + slot*wordSize, Length: wordSize, LKey: ch.srcKey})
+	tail := ch.remSlots + slot*uint64(ch.stride) + uint64(ch.chunk)
+	ch.wr[0] = verbs.SendWR{ID: wrID(q, q.posted+1), Opcode: verbs.OpWrite, SGL: sgl,
+		RemoteAddr: tail - uint64(len(src)), RKey: ch.remKey}
+	if err := q.qp.PostSend(ch.wr[:1]); err != nil {
+		return c.fail(fmt.Errorf("%w: rank %d: posting to rank %d: %v", ErrAborted, c.rank, ch.peer, err), true)
+	}
+	q.posted++
+	q.completed = q.posted
+	ch.sk++
+	return nil
+}
+
+// tailOff is the offset in ch.fifo of slot's tail flag.
+func (ch *channel) tailOff(slot int) int { return slot*ch.stride + ch.chunk }
 
 // postLL packs src into LL words and writes them in one go.
 func (c *Comm) postLL(ch *channel, src []byte) error {
@@ -331,16 +362,22 @@ func (c *Comm) recv(ch *channel, n int) ([]byte, error) {
 		return c.recvLL(ch, slot, n)
 	}
 	want := uint64(flagOf(k)) | uint64(c.op.sig)<<32
-	if sys.Load64(ch.flags, slot*wordSize) != want {
-		var alt []byte // where an LL message k would show: a sender with another size
-		if ch.q.ep.sync {
-			alt = ch.ll[slot*llSlot:]
+	if ch.q.ep.sync {
+		// One write: the data ends at the tail flag (postTail).
+		t := ch.tailOff(slot)
+		if sys.Load64(ch.fifo, t) != want {
+			if err := c.waitWord(ch.fifo, t, want, ch.peer, true, ch.ll[slot*llSlot:], 0); err != nil {
+				return nil, err
+			}
 		}
-		if err := c.waitWord(ch.flags, slot*wordSize, want, ch.peer, true, alt, 0); err != nil {
+		return ch.fifo[t-n : t], nil
+	}
+	if sys.Load64(ch.flags, slot*wordSize) != want {
+		if err := c.waitWord(ch.flags, slot*wordSize, want, ch.peer, true, nil, 0); err != nil {
 			return nil, err
 		}
 	}
-	o := slot * ch.chunk
+	o := slot * ch.stride
 	return ch.fifo[o : o+n], nil
 }
 
@@ -349,7 +386,9 @@ func (c *Comm) recvLL(ch *channel, slot, n int) ([]byte, error) {
 	f := flagOf(ch.rk)
 	w := ch.ll[slot*llSlot : (slot+1)*llSlot]
 	if want := uint64(f) | uint64(c.op.sig)<<32; sys.Load64(w, 0) != want {
-		if err := c.waitWord(w, 0, want, ch.peer, true, ch.flags, slot*wordSize); err != nil {
+		// A message of another size would show at the tail flag (LL
+		// is used on write-on-post endpoints only).
+		if err := c.waitWord(w, 0, want, ch.peer, true, ch.fifo, ch.tailOff(slot)); err != nil {
 			return nil, err
 		}
 	}
@@ -483,6 +522,8 @@ func (c *Comm) ack(ch *channel) error {
 const (
 	spinFirst   = 256
 	spinOversub = 64
+	lookEvery   = 256
+	lookOversub = 256
 )
 
 // waitWord spins until the word at off of mem equals want. Flags whose
@@ -542,7 +583,7 @@ func (c *Comm) waitWord(mem []byte, off int, want uint64, peer int, flag bool, a
 			time.Sleep(time.Microsecond)
 			continue
 		}
-		if i&255 != 0 {
+		if i&c.lookMask != 0 {
 			continue
 		}
 		if err := c.checkWait(peer, done, start, deadline); err != nil {
