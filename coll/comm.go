@@ -39,6 +39,7 @@ type Comm struct {
 	spinFor      time.Duration
 	spinFirst    int // polls before a wait looks at the clock (proto.go)
 	lookMask     int // a long wait looks (clock, context, peers, yield) every lookMask+1 polls
+	oneP         bool // GOMAXPROCS was 1 when the communicator was made (see Comm.backoff)
 
 	boot   *frameConn
 	root   *root // served by this process for this communicator, or nil
@@ -72,6 +73,11 @@ type Comm struct {
 	hits [2]atomic.Pointer[region]
 	hitN atomic.Uint32
 }
+
+// procComms counts the communicators of this process, open or being
+// made: with more than one (ranks as goroutines of one process), a wait
+// lets the other goroutines run (Comm.backoff).
+var procComms atomic.Int32
 
 // region is memory registered with every endpoint of the communicator,
 // writable by peers (direct writes, see algo.go).
@@ -142,8 +148,10 @@ func (c *Comm) DeviceUses() []DeviceUse {
 func (c *Comm) Options() Options { return c.opts }
 
 func newComm(ctx context.Context, addr string, nonce uint64, nranks, rank int, o Options, r *root) (*Comm, error) {
+	procComms.Add(1)
 	fc, infos, err := joinRoot(ctx, addr, nonce, rank, nranks, o.BootstrapTimeout)
 	if err != nil {
+		procComms.Add(-1)
 		return nil, err
 	}
 	c := &Comm{
@@ -157,6 +165,7 @@ func newComm(ctx context.Context, addr string, nonce uint64, nranks, rank int, o
 			c.local++
 		}
 	}
+	c.oneP = runtime.GOMAXPROCS(0) == 1
 	c.spinFor, c.spinFirst, c.lookMask = 10*time.Microsecond, spinFirst, lookEvery-1
 	if c.local > runtime.NumCPU() {
 		// Oversubscribed: let the others run.
@@ -181,6 +190,7 @@ func newComm(ctx context.Context, addr string, nonce uint64, nranks, rank int, o
 		fc.write(msgAbort, e)
 		fc.close()
 		c.freeAll()
+		procComms.Add(-1)
 		return nil, fmt.Errorf("%w: rank %d: %w", ErrBootstrap, rank, err)
 	}
 	for _, ep := range c.eps {
@@ -307,6 +317,7 @@ func (c *Comm) Close() error {
 	if c.closed.Swap(true) {
 		return nil
 	}
+	defer procComms.Add(-1)
 	c.opMu.Lock()
 	defer c.opMu.Unlock()
 	if c.Err() == nil {
