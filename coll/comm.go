@@ -15,7 +15,6 @@ import (
 	"os"
 	"runtime"
 	"sort"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -37,8 +36,8 @@ type Comm struct {
 	local        int  // ranks on this host, this one included
 	allSync      bool // every pair of ranks talks over a synchronous endpoint (shm; decided in setup)
 	spinFor      time.Duration
-	spinFirst    int // polls before a wait looks at the clock (proto.go)
-	lookMask     int // a long wait looks (clock, context, peers, yield) every lookMask+1 polls
+	spinFirst    int  // polls before a wait looks at the clock (proto.go)
+	lookMask     int  // a long wait looks (clock, context, peers, yield) every lookMask+1 polls
 	oneP         bool // GOMAXPROCS was 1 when the communicator was made (see Comm.backoff)
 
 	boot   *frameConn
@@ -170,12 +169,6 @@ func newComm(ctx context.Context, addr string, nonce uint64, nranks, rank int, o
 	if c.local > runtime.NumCPU() {
 		// Oversubscribed: let the others run.
 		c.spinFor, c.spinFirst, c.lookMask = 0, spinOversub, lookOversub-1
-	}
-	if v, err := strconv.Atoi(os.Getenv("XSPINFIRST")); err == nil {
-		c.spinFirst = v
-	}
-	if v, err := strconv.Atoi(os.Getenv("XLOOK")); err == nil {
-		c.lookMask = v - 1
 	}
 	err = c.bind()
 	if err == nil {

@@ -92,8 +92,8 @@ type peer struct {
 
 // channel is one QP to a peer with both directions of message passing.
 type channel struct {
-	q     *qpState
-	peer  int
+	q      *qpState
+	peer   int
 	slots  uint64 // FIFO depth
 	chunk  int
 	stride int // chunk + slotTail: from one FIFO slot to the next

@@ -507,23 +507,31 @@ func (c *Comm) ack(ch *channel) error {
 // spinFirst is how many times a wait polls before it looks at anything
 // else (clock, context, peers): most waits in a collective end within a
 // microsecond, and each look costs more than a poll. After it, a wait
-// keeps polling with runtime.Gosched until Comm.spinFor (10 µs), then
-// yields the core (sched_yield) between polls. Both are short because a
+// looks every lookEvery polls, polling on (with runtime.Gosched when
+// other goroutines need it, see backoff) until Comm.spinFor (10 µs), then
+// yielding the core (sched_yield) at each look. Both are short because a
 // spinning rank may share its core with the rank it waits for (on a busy
 // host the scheduler puts both ranks on the core left free): every poll
 // until the yield is time that rank cannot run. 2-rank AllReduce on shm
 // on a host at load 5-7, time µs in three runs (Open MPI sm: 0.14 at 8 B,
 // 0.76 at 4 KiB): 2048 polls and 50 µs: 8 B 63, 0.26, 63; 4 KiB 26, 64,
 // 64. 256 polls and 10 µs: 8 B 0.25, 0.25, 0.59; 4 KiB 15, 1.8, 1.1.
-// Yielding at once (64 polls, 0 µs) cost 2 µs at 8 B. With more ranks on
-// the host than cores (Comm.spinFirst is spinOversub then) the wait
-// yields sooner still (4 ranks on 2 cores, AllGather 4 KiB: 2048 polls
-// 43-318 µs, 64 polls 33-63 µs).
+// Yielding at once (64 polls, 0 µs) cost 2 µs at 8 B.
+//
+// With more ranks on the host than cores the rank waited for is most
+// likely not running, so the wait yields after spinOversub polls and then
+// at every lookOversub-th poll (Comm.spinFor is 0). 4 ranks on 2 CPUs of
+// an idle 16-core host (taskset), time µs in three runs, AllReduce 8 B,
+// AllGather 4 KiB, ReduceScatter 64 KiB: 64/256 polls 12.9, 11.8, 7.9;
+// 12.8, 9.4, 14.8; 48, 38, 36. 16/16: 7.0, 6.9, 7.3; 13.3, 13.2, 9.1;
+// 23, 25, 30. 4/4: 10.1, 7.4, 8.1; 11.6, 8.6, 8.8; 33, 32, 31, and
+// AllGather 1 MiB 310 µs against 180-260 with 16/16. (On the 2-core host
+// itself, 2048 polls: AllGather 4 KiB 43-318 µs, 64 polls 33-63 µs.)
 const (
 	spinFirst   = 256
-	spinOversub = 64
+	spinOversub = 16
 	lookEvery   = 256
-	lookOversub = 256
+	lookOversub = 16
 )
 
 // waitWord spins until the word at off of mem equals want. Flags whose
