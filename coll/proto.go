@@ -16,6 +16,17 @@ package coll
 // k-Slots. A flag whose counter matches but whose signature does not is a
 // mismatched collective.
 //
+// On synchronous endpoints (CapWriteOnPost: shm, where the initiator
+// copies the data when posting) the flag of slot s is instead the slot's
+// tail flag, the word right after its chunk, and a message is one write
+// of two segments: the data, placed so that it ends at the tail flag, then
+// the flag word. The endpoint copies the segments in order while posting,
+// so the flag cannot show before the data: one work request per message
+// instead of two. The tail flag only ever holds flags (older ones carry
+// older counters), so leftovers of a longer message cannot pass for it.
+// Devices that place a write's bytes in no guaranteed order (RDMA NICs;
+// tcp delivers later) keep the separate flag write.
+//
 // Small messages on synchronous endpoints (shm, where a write is a copy
 // done by PostSend) use the LL format instead, as NCCL's LL protocol: one
 // write into LL slot k mod Slots of a header word (flag(k) | signature)
