@@ -89,7 +89,7 @@ type mem struct {
 }
 
 func (m mem) at(st, en, es int) []byte { return m.b[st*es : en*es] }
-func (m mem) key(ep *endpoint) uint32  { return m.rg.keys[ep.idx] }
+func (m mem) key(ep *endpoint) srcRef  { return srcRef{lkey: m.rg.keys[ep.idx], flag: m.rg.flag} }
 func (m mem) sub(off, n int) mem       { return mem{b: m.b[off : off+n], rg: m.rg} }
 func ceilDiv(a, b int) int             { return (a + b - 1) / b }
 func mod(a, n int) int                 { return ((a % n) + n) % n }
@@ -663,7 +663,7 @@ func (c *Comm) treeReduce(in, out mem, count int, dt DataType, op RedOp, root in
 			continue
 		}
 		var acc []byte
-		var key uint32
+		var key srcRef
 		var pc *channel
 		if parent >= 0 {
 			pc = c.ch(parent, p)
@@ -770,7 +770,7 @@ func (c *Comm) sendRecv(in mem, scount, dst int, out mem, rcount, src, es int, s
 func (c *Comm) barrier() error {
 	n, r := c.nranks, c.rank
 	for k := 1; k < n; k <<= 1 {
-		if err := c.send(c.peers[(r+k)%n].ch[0], nil, 0); err != nil {
+		if err := c.send(c.peers[(r+k)%n].ch[0], nil, srcRef{}); err != nil {
 			return err
 		}
 		ch := c.peers[(r-k+n)%n].ch[0]

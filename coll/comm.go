@@ -85,6 +85,7 @@ type region struct {
 	addr  uintptr
 	mrs   [maxEndpoints]*verbs.MR
 	keys  [maxEndpoints]uint32 // lkeys by endpoint
+	flag  []byte               // a word past buf in the same memory region (srcRef)
 	rkeys [maxEndpoints]uint32
 }
 
@@ -408,14 +409,16 @@ func (c *Comm) newRegion(n int) (*region, error) {
 		return &region{buf: b, addr: sys.Addr(b)}, nil
 	}
 	const access = verbs.AccessLocalWrite | verbs.AccessRemoteWrite
-	mr, err := c.eps[0].pd.AllocMR(n, access)
+	fo := alignUp(n, wordSize) // the flag word (srcRef), after buf
+	mr, err := c.eps[0].pd.AllocMR(fo+wordSize, access)
 	if err != nil {
 		return nil, fmt.Errorf("coll: allocating %d bytes: %w", n, err)
 	}
-	rg := &region{buf: mr.Bytes(), addr: uintptr(mr.Addr())}
+	all := mr.Bytes()
+	rg := &region{buf: all[:n], addr: uintptr(mr.Addr()), flag: all[fo : fo+wordSize]}
 	rg.mrs[0], rg.keys[0], rg.rkeys[0] = mr, mr.LKey(), mr.RKey()
 	for i := 1; i < len(c.eps); i++ {
-		m, err := c.eps[i].pd.RegMR(rg.buf, access)
+		m, err := c.eps[i].pd.RegMR(all, access)
 		if err != nil {
 			c.freeRegion(rg)
 			return nil, fmt.Errorf("coll: registering %d bytes with %s: %w", n, c.eps[i].dev, err)

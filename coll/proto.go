@@ -177,17 +177,19 @@ func (c *Comm) reserve(ch *channel) error {
 
 // stage returns the staging chunk for the channel's next message (made on
 // first use); call reserve first.
-func (c *Comm) stage(ch *channel) ([]byte, uint32, error) {
+func (c *Comm) stage(ch *channel) ([]byte, srcRef, error) {
 	if ch.stage == nil {
-		mr, err := ch.q.ep.pd.AllocMR(int(ch.slots)*ch.chunk, verbs.AccessLocalWrite)
+		n := int(ch.slots) * ch.chunk
+		mr, err := ch.q.ep.pd.AllocMR(n+wordSize, verbs.AccessLocalWrite)
 		if err != nil {
-			return nil, 0, c.fail(fmt.Errorf("%w: rank %d: staging memory: %v", ErrAborted, c.rank, err), true)
+			return nil, srcRef{}, c.fail(fmt.Errorf("%w: rank %d: staging memory: %v", ErrAborted, c.rank, err), true)
 		}
-		ch.stage = &region{buf: mr.Bytes(), addr: uintptr(mr.Addr())}
+		b := mr.Bytes()
+		ch.stage = &region{buf: b[:n], addr: uintptr(mr.Addr()), flag: b[n : n+wordSize]}
 		ch.stage.mrs[ch.q.ep.idx], ch.stage.keys[ch.q.ep.idx] = mr, mr.LKey()
 	}
 	i := int(ch.sk%ch.slots) * ch.chunk
-	return ch.stage.buf[i : i+ch.chunk], ch.stage.keys[ch.q.ep.idx], nil
+	return ch.stage.buf[i : i+ch.chunk], srcRef{lkey: ch.stage.keys[ch.q.ep.idx], flag: ch.stage.flag}, nil
 }
 
 // flagOf is message k's flag counter: never 0 (fresh memory).
@@ -199,11 +201,21 @@ func (c *Comm) useLL(ch *channel, n int) bool {
 	return n <= llMax && ch.q.ep.sync && c.opts.Protocol != ProtoSimple
 }
 
+// srcRef names the memory a message comes from: its local key at the
+// channel's endpoint and, in the same registered region, a word postTail
+// may put the flag in (nil: the channel's flag words). A one-write message
+// whose two segments are in one region costs the transport one key
+// resolution (its QP caches one key), not two.
+type srcRef struct {
+	lkey uint32
+	flag []byte
+}
+
 // post sends src (registered with lkey at its endpoint; may be empty) as
 // the channel's next message. reserve must have succeeded. On tcp, src
 // must be inline-sized or a staging chunk (see sendFrom): nothing waits
 // for the write to finish reading it.
-func (c *Comm) post(ch *channel, src []byte, lkey uint32) error {
+func (c *Comm) post(ch *channel, src []byte, sr srcRef) error {
 	q := ch.q
 	k := ch.sk
 	slot := k % ch.slots
@@ -212,12 +224,12 @@ func (c *Comm) post(ch *channel, src []byte, lkey uint32) error {
 	}
 	putWord(ch.flagSrc[slot*wordSize:], uint64(flagOf(k))|uint64(c.op.sig)<<32)
 	if q.ep.sync {
-		return c.postTail(ch, src, lkey)
+		return c.postTail(ch, src, sr)
 	}
 	n := uint64(0)
 	wrs := ch.wr[:0]
 	if len(src) > 0 {
-		ch.sge[0] = verbs.SGE{Addr: uint64(sys.Addr(src)), Length: uint32(len(src)), LKey: lkey}
+		ch.sge[0] = verbs.SGE{Addr: uint64(sys.Addr(src)), Length: uint32(len(src)), LKey: sr.lkey}
 		w := verbs.SendWR{ID: wrID(q, q.posted+1), Opcode: verbs.OpWrite, SGL: ch.sge[0:1],
 			RemoteAddr: ch.remSlots + slot*uint64(ch.stride), RKey: ch.remKey}
 		if len(src) <= ch.inline {
@@ -256,14 +268,21 @@ func (c *Comm) post(ch *channel, src []byte, lkey uint32) error {
 // flag is, then the flag word (already in flagSrc). The endpoint copies
 // the segments in order when posting, so the flag lands after the data,
 // as with two writes, for one work request instead of two.
-func (c *Comm) postTail(ch *channel, src []byte, lkey uint32) error {
+func (c *Comm) postTail(ch *channel, src []byte, sr srcRef) error {
 	q := ch.q
 	slot := ch.sk % ch.slots
 	sgl := ch.sge[:0]
+	flag := verbs.SGE{Addr: ch.flagAddr + slot*wordSize, Length: wordSize, LKey: ch.srcKey}
 	if len(src) > 0 {
-		sgl = append(sgl, verbs.SGE{Addr: uint64(sys.Addr(src)), Length: uint32(len(src)), LKey: lkey})
+		sgl = append(sgl, verbs.SGE{Addr: uint64(sys.Addr(src)), Length: uint32(len(src)), LKey: sr.lkey})
+		if sr.flag != nil {
+			// The flag from src's own region: copied while posting, so
+			// the word is free again when PostSend returns.
+			copy(sr.flag, ch.flagSrc[slot*wordSize:(slot+1)*wordSize])
+			flag = verbs.SGE{Addr: uint64(sys.Addr(sr.flag)), Length: wordSize, LKey: sr.lkey}
+		}
 	}
-	sgl = append(sgl, verbs.SGE{Addr: ch.flagAddr + slot*wordSize, Length: wordSize, LKey: ch.srcKey})
+	sgl = append(sgl, flag)
 	tail := ch.remSlots + slot*uint64(ch.stride) + uint64(ch.chunk)
 	ch.wr[0] = verbs.SendWR{ID: wrID(q, q.posted+1), Opcode: verbs.OpWrite, SGL: sgl,
 		RemoteAddr: tail - uint64(len(src)), RKey: ch.remKey}
@@ -318,9 +337,9 @@ func (c *Comm) postLL(ch *channel, src []byte) error {
 // postDirect writes src straight into the peer's memory at raddr, then
 // sends an empty message that tells the peer it is there. reserve must
 // have succeeded.
-func (c *Comm) postDirect(ch *channel, src []byte, lkey uint32, raddr uint64, rkey uint32) error {
+func (c *Comm) postDirect(ch *channel, src []byte, sr srcRef, raddr uint64, rkey uint32) error {
 	q := ch.q
-	ch.sge[0] = verbs.SGE{Addr: uint64(sys.Addr(src)), Length: uint32(len(src)), LKey: lkey}
+	ch.sge[0] = verbs.SGE{Addr: uint64(sys.Addr(src)), Length: uint32(len(src)), LKey: sr.lkey}
 	ch.wr[0] = verbs.SendWR{ID: wrID(q, q.posted+1), Opcode: verbs.OpWrite, SGL: ch.sge[0:1], RemoteAddr: raddr, RKey: rkey}
 	if err := c.room(q, 1); err != nil {
 		return err
@@ -334,7 +353,7 @@ func (c *Comm) postDirect(ch *channel, src []byte, lkey uint32, raddr uint64, rk
 	} else {
 		q.needed = q.posted
 	}
-	return c.post(ch, nil, 0)
+	return c.post(ch, nil, srcRef{})
 }
 
 // sendSmall sends a few bytes from anywhere (copied at post).
@@ -346,8 +365,8 @@ func (c *Comm) sendSmall(ch *channel, b []byte) error {
 		return c.postLL(ch, b)
 	}
 	if ch.q.ep.sync || len(b) <= ch.inline {
-		n := copy(ch.llSrc, b) // the copy is taken when posting
-		return c.post(ch, ch.llSrc[:n], ch.srcKey)
+		n := copy(ch.llSrc, b)                                   // the copy is taken when posting
+		return c.post(ch, ch.llSrc[:n], srcRef{lkey: ch.srcKey}) // flag words: same region
 	}
 	buf, key, err := c.stage(ch) // read later: a chunk of its own
 	if err != nil {
@@ -357,11 +376,11 @@ func (c *Comm) sendSmall(ch *channel, b []byte) error {
 }
 
 // send is reserve + post.
-func (c *Comm) send(ch *channel, src []byte, lkey uint32) error {
+func (c *Comm) send(ch *channel, src []byte, sr srcRef) error {
 	if err := c.reserve(ch); err != nil {
 		return err
 	}
-	return c.post(ch, src, lkey)
+	return c.post(ch, src, sr)
 }
 
 // recv waits for the channel's next message, of n bytes, and returns it
