@@ -368,9 +368,7 @@ func (c *Comm) exchangeReduce(partner int, m mem, count int, dt DataType, op Red
 func (c *Comm) ringAllGather(in, out mem, count, es int) error {
 	n, r := c.nranks, c.rank
 	next, prev := (r+1)%n, (r-1+n)%n
-	if &in.b[0] != &out.b[r*count*es] {
-		copy(out.at(r*count, (r+1)*count, es), in.b[:count*es])
-	}
+	own := &in.b[0] != &out.b[r*count*es] // our block still to copy
 	var raddr uint64
 	var rkey uint32
 	direct := c.direct(n * count * es)
@@ -388,6 +386,12 @@ func (c *Comm) ringAllGather(in, out mem, count, es int) error {
 		bs := alignUp(ceilDiv(rn, C), align)
 		for s := 0; s < n; s++ {
 			b := mod(r-s, n)
+			if s == 1 && own {
+				// Our own block, once our first pieces are on their way:
+				// the copy overlaps with theirs in flight.
+				copy(out.at(r*count, (r+1)*count, es), in.b[:count*es])
+				own = false
+			}
 			for p := 0; p < P; p++ {
 				for ci := 0; ci < C; ci++ {
 					base := off + ci*bs
