@@ -33,44 +33,32 @@ func TestSumFloatKernels(t *testing.T) {
 			}
 		}
 		for alias := 0; alias < 3; alias++ {
-			want32, got32 := make([]float32, n), make([]float32, n)
-			sum(want32, a32, b32)
-			x, y := append([]float32(nil), a32...), append([]float32(nil), b32...)
-			switch alias {
-			case 0:
-				sumF32(got32, x, y)
-			case 1:
-				sumF32(x, x, y)
-				got32 = x
-			case 2:
-				sumF32(y, x, y)
-				got32 = y
-			}
-			for i := range want32 {
-				if math.Float32bits(got32[i]) != math.Float32bits(want32[i]) {
-					t.Fatalf("float32 n=%d alias %d [%d]: %#x + %#x = %#x, want %#x", n, alias, i,
-						math.Float32bits(a32[i]), math.Float32bits(b32[i]), math.Float32bits(got32[i]), math.Float32bits(want32[i]))
-				}
-			}
-			want64, got64 := make([]float64, n), make([]float64, n)
-			sum(want64, a64, b64)
-			u, v := append([]float64(nil), a64...), append([]float64(nil), b64...)
-			switch alias {
-			case 0:
-				sumF64(got64, u, v)
-			case 1:
-				sumF64(u, u, v)
-				got64 = u
-			case 2:
-				sumF64(v, u, v)
-				got64 = v
-			}
-			for i := range want64 {
-				if math.Float64bits(got64[i]) != math.Float64bits(want64[i]) {
-					t.Fatalf("float64 n=%d alias %d [%d]: %#x + %#x = %#x, want %#x", n, alias, i,
-						math.Float64bits(a64[i]), math.Float64bits(b64[i]), math.Float64bits(got64[i]), math.Float64bits(want64[i]))
-				}
-			}
+			checkSum(t, alias, a32, b32, sumF32, func(x float32) uint64 { return uint64(math.Float32bits(x)) })
+			checkSum(t, alias, a64, b64, sumF64, math.Float64bits)
+		}
+	}
+}
+
+// checkSum compares kernel(d, a, b) with the portable loop, d apart from
+// the inputs (alias 0), a itself (1) or b itself (2).
+func checkSum[T float32 | float64](t *testing.T, alias int, a, b []T, kernel func(d, a, b []T), bits func(T) uint64) {
+	t.Helper()
+	want, got := make([]T, len(a)), make([]T, len(a))
+	sum(want, a, b)
+	x, y := append([]T(nil), a...), append([]T(nil), b...)
+	switch alias {
+	case 0:
+		kernel(got, x, y)
+	case 1:
+		kernel(x, x, y)
+		got = x
+	case 2:
+		kernel(y, x, y)
+		got = y
+	}
+	for i := range want {
+		if bits(got[i]) != bits(want[i]) {
+			t.Fatalf("%T n=%d alias %d [%d]: %#x + %#x = %#x, want %#x", a[0], len(a), alias, i, bits(a[i]), bits(b[i]), bits(got[i]), bits(want[i]))
 		}
 	}
 }
