@@ -96,11 +96,11 @@
 // inline limit are posted inline.
 //
 // Collectives run in the calling goroutine and allocate nothing per call
-// once warm. They wait for shm peers by spinning (yielding the CPU as waits
-// grow, after a few polls when ranks outnumber cores) and for tcp and RDMA peers by
-// sleeping a microsecond at a time, which leaves the processor to the Go
-// network poller that runs tcp0's reader goroutines (and to the kernel,
-// for software RDMA devices).
+// once warm. They wait for shm peers by spinning (yielding the CPU as
+// waits grow, after a few polls when ranks outnumber cores) and for tcp
+// and RDMA peers by sleeping a microsecond at a time, which leaves the
+// processor to the Go network poller that runs tcp0's reader goroutines
+// (and to the kernel, for software RDMA devices).
 //
 // # Buffers
 //
