@@ -21,8 +21,13 @@
 # DOC (docs/benchmarks.md; empty: do not write), NO_APT=1 (skip apt-get),
 # COLLS (the collectives), TOOLS (the columns measured), RANKS (2: ranks
 # of every tool), RDMAKIT_ENV ("K=V ...", put into rdmakit's environment,
-# e.g. RDMAKIT_COLL_ALGO=ring to compare algorithms), RAW_IN (make the
-# tables from an earlier run's raw.tsv instead of measuring).
+# e.g. RDMAKIT_COLL_ALGO=ring to compare algorithms), BIND (core: the
+# ranks of rdmakit-shm are pinned to cores as Open MPI pins its own by
+# default, which coll skips, as Open MPI does, when the ranks outnumber the
+# CPUs; none: placement left to the OS; rdmakit-tcp is not pinned, its
+# transport's reader goroutines need room; RDMAKIT_ENV may override it),
+# RAW_IN (make the tables from an earlier run's raw.tsv instead of
+# measuring).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -34,6 +39,7 @@ SIZES=${SIZES:-"8 64 256 1024 4096 16384 65536 262144 1048576 4194304 16777216 6
 COLLS=${COLLS:-"allreduce allgather reduce_scatter"}
 RANKS=${RANKS:-2}
 RDMAKIT_ENV=${RDMAKIT_ENV:-}
+BIND=${BIND:-core}
 mkdir -p "$OUT"
 log() { echo "# $*" >&2; }
 
@@ -98,8 +104,10 @@ run_one() {
   it=$(iters_for "$size"); w=$(((it + 9) / 10))
   case $tool in
   rdmakit-shm | rdmakit-tcp)
+    local bind=none
+    [ "$tool" = rdmakit-shm ] && bind=$BIND
     # shellcheck disable=SC2086 # RDMAKIT_ENV is a list of K=V words
-    line=$(env $RDMAKIT_ENV timeout 300 "$OUT/rdmakit" coll-perf "$(perfname "$coll")" -b "$size" -e "$size" -n "$it" -w "$w" -c 0 -a 3 \
+    line=$(env RDMAKIT_COLL_BIND="$bind" $RDMAKIT_ENV timeout 300 "$OUT/rdmakit" coll-perf "$(perfname "$coll")" -b "$size" -e "$size" -n "$it" -w "$w" -c 0 -a 3 \
       --ranks "$RANKS" --transport "${tool#rdmakit-}" 2>>"$OUT/errors.log" | awk '!/^#/ && NF >= 12 {print $6; exit}') || true ;;
   mpi-sm)
     [ $HAVE_MPI = yes ] || return 0
@@ -199,6 +207,7 @@ CMD="bench/coll-vs-mpi.sh"
 [ "$RANKS" != 2 ] && CMD="RANKS=$RANKS $CMD"
 [ "$COLLS" != "allreduce allgather reduce_scatter" ] && CMD="COLLS=\"$COLLS\" $CMD"
 [ -n "$RDMAKIT_ENV" ] && CMD="RDMAKIT_ENV=\"$RDMAKIT_ENV\" $CMD"
+[ "$BIND" != core ] && CMD="BIND=$BIND $CMD"
 SECTION="$OUT/section.md"
 HEADING="Collectives vs Open MPI and Gloo"
 [ "$RANKS" != 2 ] && HEADING="$HEADING, $RANKS ranks"
@@ -211,7 +220,8 @@ HEADING="Collectives vs Open MPI and Gloo"
   echo "reduce_scatter × (n−1)/n of algbw, sizes as nccl-tests counts them) and the time per call in µs, the median of $TRIALS launches,"
   echo "time per call = maximum over ranks. Ratios divide rdmakit's busbw by the peer's on the same path"
   echo "(shm: Open MPI vader; tcp: Open MPI btl tcp and Gloo tcp, all on loopback); above 1× rdmakit is faster."
-  echo "rdmakit: \`rdmakit coll-perf … -a 3 --ranks $RANKS --transport shm|tcp\`${RDMAKIT_ENV:+ with $RDMAKIT_ENV} (default options: auto algorithm, 2 channels, 256 KiB chunks);"
+  echo "rdmakit: \`rdmakit coll-perf … -a 3 --ranks $RANKS --transport shm|tcp\`${RDMAKIT_ENV:+ with $RDMAKIT_ENV}, shm ranks with RDMAKIT_COLL_BIND=$BIND"
+  echo "(core: pinned as Open MPI pins its ranks; neither pins ranks that outnumber the CPUs; default options: auto algorithm, 2 channels, 256 KiB chunks);"
   echo "Open MPI: \`bench/src/mpi_coll_bench.c\` (MPI_Allreduce, MPI_Allgather, MPI_Reduce_scatter_block); Gloo: \`bench/src/gloo_coll_bench.cc\`"
   echo "(AllreduceRing, allgather, ReduceScatterHalvingDoubling)."
   [ -n "$GLOO_NOTE" ] && { echo; echo "$GLOO_NOTE"; }

@@ -89,7 +89,7 @@ type mem struct {
 }
 
 func (m mem) at(st, en, es int) []byte { return m.b[st*es : en*es] }
-func (m mem) key(ep *endpoint) uint32  { return m.rg.keys[ep.idx] }
+func (m mem) key(ep *endpoint) srcRef  { return srcRef{lkey: m.rg.keys[ep.idx], flag: m.rg.flag} }
 func (m mem) sub(off, n int) mem       { return mem{b: m.b[off : off+n], rg: m.rg} }
 func ceilDiv(a, b int) int             { return (a + b - 1) / b }
 func mod(a, n int) int                 { return ((a % n) + n) % n }
@@ -368,9 +368,7 @@ func (c *Comm) exchangeReduce(partner int, m mem, count int, dt DataType, op Red
 func (c *Comm) ringAllGather(in, out mem, count, es int) error {
 	n, r := c.nranks, c.rank
 	next, prev := (r+1)%n, (r-1+n)%n
-	if &in.b[0] != &out.b[r*count*es] {
-		copy(out.at(r*count, (r+1)*count, es), in.b[:count*es])
-	}
+	own := &in.b[0] != &out.b[r*count*es] // our block still to copy
 	var raddr uint64
 	var rkey uint32
 	direct := c.direct(n * count * es)
@@ -388,6 +386,12 @@ func (c *Comm) ringAllGather(in, out mem, count, es int) error {
 		bs := alignUp(ceilDiv(rn, C), align)
 		for s := 0; s < n; s++ {
 			b := mod(r-s, n)
+			if s == 1 && own {
+				// Our own block, once our first pieces are on their way:
+				// the copy overlaps with theirs in flight.
+				copy(out.at(r*count, (r+1)*count, es), in.b[:count*es])
+				own = false
+			}
 			for p := 0; p < P; p++ {
 				for ci := 0; ci < C; ci++ {
 					base := off + ci*bs
@@ -663,7 +667,7 @@ func (c *Comm) treeReduce(in, out mem, count int, dt DataType, op RedOp, root in
 			continue
 		}
 		var acc []byte
-		var key uint32
+		var key srcRef
 		var pc *channel
 		if parent >= 0 {
 			pc = c.ch(parent, p)
@@ -770,7 +774,7 @@ func (c *Comm) sendRecv(in mem, scount, dst int, out mem, rcount, src, es int, s
 func (c *Comm) barrier() error {
 	n, r := c.nranks, c.rank
 	for k := 1; k < n; k <<= 1 {
-		if err := c.send(c.peers[(r+k)%n].ch[0], nil, 0); err != nil {
+		if err := c.send(c.peers[(r+k)%n].ch[0], nil, srcRef{}); err != nil {
 			return err
 		}
 		ch := c.peers[(r-k+n)%n].ch[0]

@@ -36,7 +36,9 @@ type Comm struct {
 	local        int  // ranks on this host, this one included
 	allSync      bool // every pair of ranks talks over a synchronous endpoint (shm; decided in setup)
 	spinFor      time.Duration
-	spinFirst    int // polls before a wait looks at the clock (proto.go)
+	spinFirst    int  // polls before a wait looks at the clock (proto.go)
+	lookMask     int  // a long wait looks (clock, context, peers, yield) every lookMask+1 polls
+	oneP         bool // GOMAXPROCS was 1 when the communicator was made (see Comm.backoff)
 
 	boot   *frameConn
 	root   *root // served by this process for this communicator, or nil
@@ -71,6 +73,11 @@ type Comm struct {
 	hitN atomic.Uint32
 }
 
+// procComms counts the communicators of this process, open or being
+// made: with more than one (ranks as goroutines of one process), a wait
+// lets the other goroutines run (Comm.backoff).
+var procComms atomic.Int32
+
 // region is memory registered with every endpoint of the communicator,
 // writable by peers (direct writes, see algo.go).
 type region struct {
@@ -78,6 +85,7 @@ type region struct {
 	addr  uintptr
 	mrs   [maxEndpoints]*verbs.MR
 	keys  [maxEndpoints]uint32 // lkeys by endpoint
+	flag  []byte               // a word past buf in the same memory region (srcRef)
 	rkeys [maxEndpoints]uint32
 }
 
@@ -140,8 +148,10 @@ func (c *Comm) DeviceUses() []DeviceUse {
 func (c *Comm) Options() Options { return c.opts }
 
 func newComm(ctx context.Context, addr string, nonce uint64, nranks, rank int, o Options, r *root) (*Comm, error) {
+	procComms.Add(1)
 	fc, infos, err := joinRoot(ctx, addr, nonce, rank, nranks, o.BootstrapTimeout)
 	if err != nil {
+		procComms.Add(-1)
 		return nil, err
 	}
 	c := &Comm{
@@ -155,10 +165,11 @@ func newComm(ctx context.Context, addr string, nonce uint64, nranks, rank int, o
 			c.local++
 		}
 	}
-	c.spinFor, c.spinFirst = 10*time.Microsecond, spinFirst
+	c.oneP = runtime.GOMAXPROCS(0) == 1
+	c.spinFor, c.spinFirst, c.lookMask = 10*time.Microsecond, spinFirst, lookEvery-1
 	if c.local > runtime.NumCPU() {
 		// Oversubscribed: let the others run.
-		c.spinFor, c.spinFirst = 2*time.Microsecond, spinOversub
+		c.spinFor, c.spinFirst, c.lookMask = 0, spinOversub, lookOversub-1
 	}
 	err = c.bind()
 	if err == nil {
@@ -173,6 +184,7 @@ func newComm(ctx context.Context, addr string, nonce uint64, nranks, rank int, o
 		fc.write(msgAbort, e)
 		fc.close()
 		c.freeAll()
+		procComms.Add(-1)
 		return nil, fmt.Errorf("%w: rank %d: %w", ErrBootstrap, rank, err)
 	}
 	for _, ep := range c.eps {
@@ -299,6 +311,7 @@ func (c *Comm) Close() error {
 	if c.closed.Swap(true) {
 		return nil
 	}
+	defer procComms.Add(-1)
 	c.opMu.Lock()
 	defer c.opMu.Unlock()
 	if c.Err() == nil {
@@ -396,14 +409,16 @@ func (c *Comm) newRegion(n int) (*region, error) {
 		return &region{buf: b, addr: sys.Addr(b)}, nil
 	}
 	const access = verbs.AccessLocalWrite | verbs.AccessRemoteWrite
-	mr, err := c.eps[0].pd.AllocMR(n, access)
+	fo := alignUp(n, wordSize) // the flag word (srcRef), after buf
+	mr, err := c.eps[0].pd.AllocMR(fo+wordSize, access)
 	if err != nil {
 		return nil, fmt.Errorf("coll: allocating %d bytes: %w", n, err)
 	}
-	rg := &region{buf: mr.Bytes(), addr: uintptr(mr.Addr())}
+	all := mr.Bytes()
+	rg := &region{buf: all[:n], addr: uintptr(mr.Addr()), flag: all[fo : fo+wordSize]}
 	rg.mrs[0], rg.keys[0], rg.rkeys[0] = mr, mr.LKey(), mr.RKey()
 	for i := 1; i < len(c.eps); i++ {
-		m, err := c.eps[i].pd.RegMR(rg.buf, access)
+		m, err := c.eps[i].pd.RegMR(all, access)
 		if err != nil {
 			c.freeRegion(rg)
 			return nil, fmt.Errorf("coll: registering %d bytes with %s: %w", n, c.eps[i].dev, err)

@@ -21,9 +21,7 @@ package coll
 // peers' pieces land in their blocks.
 func (c *Comm) directAllGather(in, out mem, count, es int) error {
 	n, r := c.nranks, c.rank
-	if &in.b[0] != &out.b[r*count*es] {
-		copy(out.at(r*count, (r+1)*count, es), in.b[:count*es])
-	}
+	own := &in.b[0] != &out.b[r*count*es] // our block still to copy
 	ce := c.chunkElems(es)
 	for p, st := 0, 0; st < count; p, st = p+1, st+ce {
 		en := min(st+ce, count)
@@ -31,6 +29,12 @@ func (c *Comm) directAllGather(in, out mem, count, es int) error {
 			if err := c.sendFrom(c.ch((r+i)%n, p), in, in.at(st, en, es)); err != nil {
 				return err
 			}
+		}
+		if own {
+			// Once our first pieces are on their way: the copy overlaps
+			// with theirs in flight.
+			copy(out.at(r*count, (r+1)*count, es), in.b[:count*es])
+			own = false
 		}
 		for i := 1; i < n; i++ {
 			j := (r - i + n) % n

@@ -89,17 +89,18 @@
 //
 // Writes to a device with CapWriteOnPost (shm) are done when posted, so
 // small messages travel in the LL format (data and flags in one write;
-// RDMAKIT_COLL_PROTO=Simple or NCCL_PROTO=Simple turns it off);
+// RDMAKIT_COLL_PROTO=Simple or NCCL_PROTO=Simple turns it off) and the
+// others are one write too (the data, then its flag word, two segments);
 // on other devices the flag write follows the data on the same QP and
 // completions are reaped to free the send queue. Writes up to the QP's
 // inline limit are posted inline.
 //
 // Collectives run in the calling goroutine and allocate nothing per call
-// once warm. They wait for shm peers by spinning (yielding the CPU as waits
-// grow, sooner when ranks outnumber cores) and for tcp and RDMA peers by
-// sleeping a microsecond at a time, which leaves the processor to the Go
-// network poller that runs tcp0's reader goroutines (and to the kernel,
-// for software RDMA devices).
+// once warm. They wait for shm peers by spinning (yielding the CPU as
+// waits grow, after a few polls when ranks outnumber cores) and for tcp
+// and RDMA peers by sleeping a microsecond at a time, which leaves the
+// processor to the Go network poller that runs tcp0's reader goroutines
+// (and to the kernel, for software RDMA devices).
 //
 // # Buffers
 //
@@ -139,7 +140,7 @@
 //	RDMAKIT_COLL_CHANNELS        QPs per peer (default 2; else NCCL_SOCKET_NTHREADS × NCCL_NSOCKS_PERTHREAD)
 //	RDMAKIT_COLL_CHUNK           pipeline chunk bytes (default 256K)
 //	RDMAKIT_COLL_SLOTS           FIFO depth in chunks (default 8)
-//	RDMAKIT_COLL_SPIN            how long a wait spins before yielding (default 10µs; 2µs oversubscribed)
+//	RDMAKIT_COLL_SPIN            how long a wait spins before yielding (default 10µs; 0 oversubscribed)
 //	RDMAKIT_COLL_BIND            core: pin the k-th rank of a host to the k-th CPU | none (default)
 //
 // # Goroutines

@@ -7,9 +7,12 @@ package coll
 // Memory of an endpoint, all from its arena:
 //
 //	fifo  per (peer, channel): Slots flag words (padded to a page), Slots
-//	      LL slots (padded to a page), then Slots chunks. The peer writes
-//	      data into a chunk, then the flag; or a small message, flags
-//	      interleaved, into an LL slot (see proto.go).
+//	      LL slots (padded to a page), then Slots chunks, each followed by
+//	      slotTail bytes whose first word is the chunk's tail flag. The
+//	      peer writes data into a chunk, then the flag (the flag word, or on
+//	      write-on-post devices the data ending at the tail flag and the
+//	      flag in one write); or a small message, flags interleaved, into an
+//	      LL slot (see proto.go).
 //	acks  per (peer, channel): Slots words. The peer writes, for each
 //	      message of ours it consumed, its number+1 into the word of its
 //	      slot: our credit to reuse the slot.
@@ -44,6 +47,9 @@ const (
 	// per 4 data bytes.
 	llMax  = 128
 	llSlot = (1 + llMax/4) * wordSize
+	// slotTail follows each FIFO chunk: the tail flag word, padded to a
+	// cache line.
+	slotTail = 64
 )
 
 type endpoint struct {
@@ -86,10 +92,11 @@ type peer struct {
 
 // channel is one QP to a peer with both directions of message passing.
 type channel struct {
-	q     *qpState
-	peer  int
-	slots uint64 // FIFO depth
-	chunk int
+	q      *qpState
+	peer   int
+	slots  uint64 // FIFO depth
+	chunk  int
+	stride int // chunk + slotTail: from one FIFO slot to the next
 
 	// inline is the largest write posted inline (copied at posting):
 	// maxInline, or less where the device grants less (siw: 80 bytes).
@@ -227,7 +234,7 @@ func (c *Comm) setup(ctx context.Context) error {
 	C, S, chunk := c.opts.Channels, c.opts.Slots, c.opts.ChunkSize
 	flagBytes := (S*wordSize + 4095) &^ 4095
 	llBytes := (S*llSlot + 4095) &^ 4095
-	fifoBytes := flagBytes + llBytes + S*chunk
+	fifoBytes := flagBytes + llBytes + S*(chunk+slotTail)
 	ackBytes := (S*wordSize + 63) &^ 63
 	srcBytes := 2*ackBytes + llSlot
 	psns := map[*qpState]uint32{}
@@ -275,8 +282,12 @@ func (c *Comm) setup(ctx context.Context) error {
 			c.peers[p] = pr
 			for ch := 0; ch < C; ch++ {
 				k := pi*C + ch
+				sges := 1
+				if ep.sync {
+					sges = 2 // data and flag in one write (proto.go)
+				}
 				qp, err := ep.pd.CreateQP(verbs.QPConfig{SendCQ: ep.scq, RecvCQ: ep.rcq, Cap: verbs.QPCap{
-					MaxSendWR: depth, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: maxInline}})
+					MaxSendWR: depth, MaxRecvWR: 1, MaxSendSGE: sges, MaxRecvSGE: 1, MaxInlineData: maxInline}})
 				if err != nil {
 					return fmt.Errorf("creating a queue pair on %s: %w", d.Device, err)
 				}
@@ -295,7 +306,7 @@ func (c *Comm) setup(ctx context.Context) error {
 				src := ep.src.Bytes()[k*srcBytes : (k+1)*srcBytes]
 				srcAddr := ep.src.Addr() + uint64(k*srcBytes)
 				chn := &channel{
-					q: q, peer: p, slots: uint64(S), chunk: chunk,
+					q: q, peer: p, slots: uint64(S), chunk: chunk, stride: chunk + slotTail,
 					inline:  min(maxInline, qp.Cap().MaxInlineData),
 					acks:    ep.acks.Bytes()[k*ackBytes : k*ackBytes+S*wordSize],
 					flagSrc: src[:S*wordSize], flagAddr: srcAddr, srcKey: ep.src.LKey(),

@@ -132,7 +132,7 @@ const (
 	EnvNCCLNSocks        = "NCCL_NSOCKS_PERTHREAD"
 	EnvNCCLGIDIndex      = "NCCL_IB_GID_INDEX"
 	// EnvSpin is how long a wait spins before it starts yielding the CPU
-	// (default 10µs, 5µs with tcp peers, 2µs with more ranks than cores).
+	// (default 10µs, 5µs with tcp peers, 0 with more ranks than cores).
 	EnvSpin = "RDMAKIT_COLL_SPIN"
 	// EnvBind pins ranks to cores (Options.Bind).
 	EnvBind = "RDMAKIT_COLL_BIND"

@@ -16,6 +16,17 @@ package coll
 // k-Slots. A flag whose counter matches but whose signature does not is a
 // mismatched collective.
 //
+// On synchronous endpoints (CapWriteOnPost: shm, where the initiator
+// copies the data when posting) the flag of slot s is instead the slot's
+// tail flag, the word right after its chunk, and a message is one write
+// of two segments: the data, placed so that it ends at the tail flag, then
+// the flag word. The endpoint copies the segments in order while posting,
+// so the flag cannot show before the data: one work request per message
+// instead of two. The tail flag only ever holds flags (older ones carry
+// older counters), so leftovers of a longer message cannot pass for it.
+// Devices that place a write's bytes in no guaranteed order (RDMA NICs;
+// tcp delivers later) keep the separate flag write.
+//
 // Small messages on synchronous endpoints (shm, where a write is a copy
 // done by PostSend) use the LL format instead, as NCCL's LL protocol: one
 // write into LL slot k mod Slots of a header word (flag(k) | signature)
@@ -166,17 +177,19 @@ func (c *Comm) reserve(ch *channel) error {
 
 // stage returns the staging chunk for the channel's next message (made on
 // first use); call reserve first.
-func (c *Comm) stage(ch *channel) ([]byte, uint32, error) {
+func (c *Comm) stage(ch *channel) ([]byte, srcRef, error) {
 	if ch.stage == nil {
-		mr, err := ch.q.ep.pd.AllocMR(int(ch.slots)*ch.chunk, verbs.AccessLocalWrite)
+		n := int(ch.slots) * ch.chunk
+		mr, err := ch.q.ep.pd.AllocMR(n+wordSize, verbs.AccessLocalWrite)
 		if err != nil {
-			return nil, 0, c.fail(fmt.Errorf("%w: rank %d: staging memory: %v", ErrAborted, c.rank, err), true)
+			return nil, srcRef{}, c.fail(fmt.Errorf("%w: rank %d: staging memory: %v", ErrAborted, c.rank, err), true)
 		}
-		ch.stage = &region{buf: mr.Bytes(), addr: uintptr(mr.Addr())}
+		b := mr.Bytes()
+		ch.stage = &region{buf: b[:n], addr: uintptr(mr.Addr()), flag: b[n : n+wordSize]}
 		ch.stage.mrs[ch.q.ep.idx], ch.stage.keys[ch.q.ep.idx] = mr, mr.LKey()
 	}
 	i := int(ch.sk%ch.slots) * ch.chunk
-	return ch.stage.buf[i : i+ch.chunk], ch.stage.keys[ch.q.ep.idx], nil
+	return ch.stage.buf[i : i+ch.chunk], srcRef{lkey: ch.stage.keys[ch.q.ep.idx], flag: ch.stage.flag}, nil
 }
 
 // flagOf is message k's flag counter: never 0 (fresh memory).
@@ -188,11 +201,21 @@ func (c *Comm) useLL(ch *channel, n int) bool {
 	return n <= llMax && ch.q.ep.sync && c.opts.Protocol != ProtoSimple
 }
 
+// srcRef names the memory a message comes from: its local key at the
+// channel's endpoint and, in the same registered region, a word postTail
+// may put the flag in (nil: the channel's flag words). A one-write message
+// whose two segments are in one region costs the transport one key
+// resolution (its QP caches one key), not two.
+type srcRef struct {
+	lkey uint32
+	flag []byte
+}
+
 // post sends src (registered with lkey at its endpoint; may be empty) as
 // the channel's next message. reserve must have succeeded. On tcp, src
 // must be inline-sized or a staging chunk (see sendFrom): nothing waits
 // for the write to finish reading it.
-func (c *Comm) post(ch *channel, src []byte, lkey uint32) error {
+func (c *Comm) post(ch *channel, src []byte, sr srcRef) error {
 	q := ch.q
 	k := ch.sk
 	slot := k % ch.slots
@@ -200,12 +223,15 @@ func (c *Comm) post(ch *channel, src []byte, lkey uint32) error {
 		return c.postLL(ch, src)
 	}
 	putWord(ch.flagSrc[slot*wordSize:], uint64(flagOf(k))|uint64(c.op.sig)<<32)
+	if q.ep.sync {
+		return c.postTail(ch, src, sr)
+	}
 	n := uint64(0)
 	wrs := ch.wr[:0]
 	if len(src) > 0 {
-		ch.sge[0] = verbs.SGE{Addr: uint64(sys.Addr(src)), Length: uint32(len(src)), LKey: lkey}
+		ch.sge[0] = verbs.SGE{Addr: uint64(sys.Addr(src)), Length: uint32(len(src)), LKey: sr.lkey}
 		w := verbs.SendWR{ID: wrID(q, q.posted+1), Opcode: verbs.OpWrite, SGL: ch.sge[0:1],
-			RemoteAddr: ch.remSlots + slot*uint64(ch.chunk), RKey: ch.remKey}
+			RemoteAddr: ch.remSlots + slot*uint64(ch.stride), RKey: ch.remKey}
 		if len(src) <= ch.inline {
 			w.Flags = verbs.SendInline
 		}
@@ -236,6 +262,41 @@ func (c *Comm) post(ch *channel, src []byte, lkey uint32) error {
 	ch.sk++
 	return nil
 }
+
+// postTail sends the channel's next message on a write-on-post endpoint
+// in one write of two segments: src, ending right where the slot's tail
+// flag is, then the flag word (already in flagSrc). The endpoint copies
+// the segments in order when posting, so the flag lands after the data,
+// as with two writes, for one work request instead of two.
+func (c *Comm) postTail(ch *channel, src []byte, sr srcRef) error {
+	q := ch.q
+	slot := ch.sk % ch.slots
+	sgl := ch.sge[:0]
+	flag := verbs.SGE{Addr: ch.flagAddr + slot*wordSize, Length: wordSize, LKey: ch.srcKey}
+	if len(src) > 0 {
+		sgl = append(sgl, verbs.SGE{Addr: uint64(sys.Addr(src)), Length: uint32(len(src)), LKey: sr.lkey})
+		if sr.flag != nil {
+			// The flag from src's own region: copied while posting, so
+			// the word is free again when PostSend returns.
+			copy(sr.flag, ch.flagSrc[slot*wordSize:(slot+1)*wordSize])
+			flag = verbs.SGE{Addr: uint64(sys.Addr(sr.flag)), Length: wordSize, LKey: sr.lkey}
+		}
+	}
+	sgl = append(sgl, flag)
+	tail := ch.remSlots + slot*uint64(ch.stride) + uint64(ch.chunk)
+	ch.wr[0] = verbs.SendWR{ID: wrID(q, q.posted+1), Opcode: verbs.OpWrite, SGL: sgl,
+		RemoteAddr: tail - uint64(len(src)), RKey: ch.remKey}
+	if err := q.qp.PostSend(ch.wr[:1]); err != nil {
+		return c.fail(fmt.Errorf("%w: rank %d: posting to rank %d: %v", ErrAborted, c.rank, ch.peer, err), true)
+	}
+	q.posted++
+	q.completed = q.posted
+	ch.sk++
+	return nil
+}
+
+// tailOff is the offset in ch.fifo of slot's tail flag.
+func (ch *channel) tailOff(slot int) int { return slot*ch.stride + ch.chunk }
 
 // postLL packs src into LL words and writes them in one go.
 func (c *Comm) postLL(ch *channel, src []byte) error {
@@ -276,9 +337,9 @@ func (c *Comm) postLL(ch *channel, src []byte) error {
 // postDirect writes src straight into the peer's memory at raddr, then
 // sends an empty message that tells the peer it is there. reserve must
 // have succeeded.
-func (c *Comm) postDirect(ch *channel, src []byte, lkey uint32, raddr uint64, rkey uint32) error {
+func (c *Comm) postDirect(ch *channel, src []byte, sr srcRef, raddr uint64, rkey uint32) error {
 	q := ch.q
-	ch.sge[0] = verbs.SGE{Addr: uint64(sys.Addr(src)), Length: uint32(len(src)), LKey: lkey}
+	ch.sge[0] = verbs.SGE{Addr: uint64(sys.Addr(src)), Length: uint32(len(src)), LKey: sr.lkey}
 	ch.wr[0] = verbs.SendWR{ID: wrID(q, q.posted+1), Opcode: verbs.OpWrite, SGL: ch.sge[0:1], RemoteAddr: raddr, RKey: rkey}
 	if err := c.room(q, 1); err != nil {
 		return err
@@ -292,7 +353,7 @@ func (c *Comm) postDirect(ch *channel, src []byte, lkey uint32, raddr uint64, rk
 	} else {
 		q.needed = q.posted
 	}
-	return c.post(ch, nil, 0)
+	return c.post(ch, nil, srcRef{})
 }
 
 // sendSmall sends a few bytes from anywhere (copied at post).
@@ -304,8 +365,8 @@ func (c *Comm) sendSmall(ch *channel, b []byte) error {
 		return c.postLL(ch, b)
 	}
 	if ch.q.ep.sync || len(b) <= ch.inline {
-		n := copy(ch.llSrc, b) // the copy is taken when posting
-		return c.post(ch, ch.llSrc[:n], ch.srcKey)
+		n := copy(ch.llSrc, b)                                   // the copy is taken when posting
+		return c.post(ch, ch.llSrc[:n], srcRef{lkey: ch.srcKey}) // flag words: same region
 	}
 	buf, key, err := c.stage(ch) // read later: a chunk of its own
 	if err != nil {
@@ -315,11 +376,11 @@ func (c *Comm) sendSmall(ch *channel, b []byte) error {
 }
 
 // send is reserve + post.
-func (c *Comm) send(ch *channel, src []byte, lkey uint32) error {
+func (c *Comm) send(ch *channel, src []byte, sr srcRef) error {
 	if err := c.reserve(ch); err != nil {
 		return err
 	}
-	return c.post(ch, src, lkey)
+	return c.post(ch, src, sr)
 }
 
 // recv waits for the channel's next message, of n bytes, and returns it
@@ -331,16 +392,22 @@ func (c *Comm) recv(ch *channel, n int) ([]byte, error) {
 		return c.recvLL(ch, slot, n)
 	}
 	want := uint64(flagOf(k)) | uint64(c.op.sig)<<32
-	if sys.Load64(ch.flags, slot*wordSize) != want {
-		var alt []byte // where an LL message k would show: a sender with another size
-		if ch.q.ep.sync {
-			alt = ch.ll[slot*llSlot:]
+	if ch.q.ep.sync {
+		// One write: the data ends at the tail flag (postTail).
+		t := ch.tailOff(slot)
+		if sys.Load64(ch.fifo, t) != want {
+			if err := c.waitWord(ch.fifo, t, want, ch.peer, true, ch.ll[slot*llSlot:], 0); err != nil {
+				return nil, err
+			}
 		}
-		if err := c.waitWord(ch.flags, slot*wordSize, want, ch.peer, true, alt, 0); err != nil {
+		return ch.fifo[t-n : t], nil
+	}
+	if sys.Load64(ch.flags, slot*wordSize) != want {
+		if err := c.waitWord(ch.flags, slot*wordSize, want, ch.peer, true, nil, 0); err != nil {
 			return nil, err
 		}
 	}
-	o := slot * ch.chunk
+	o := slot * ch.stride
 	return ch.fifo[o : o+n], nil
 }
 
@@ -349,7 +416,9 @@ func (c *Comm) recvLL(ch *channel, slot, n int) ([]byte, error) {
 	f := flagOf(ch.rk)
 	w := ch.ll[slot*llSlot : (slot+1)*llSlot]
 	if want := uint64(f) | uint64(c.op.sig)<<32; sys.Load64(w, 0) != want {
-		if err := c.waitWord(w, 0, want, ch.peer, true, ch.flags, slot*wordSize); err != nil {
+		// A message of another size would show at the tail flag (LL
+		// is used on write-on-post endpoints only).
+		if err := c.waitWord(w, 0, want, ch.peer, true, ch.fifo, ch.tailOff(slot)); err != nil {
 			return nil, err
 		}
 	}
@@ -468,21 +537,31 @@ func (c *Comm) ack(ch *channel) error {
 // spinFirst is how many times a wait polls before it looks at anything
 // else (clock, context, peers): most waits in a collective end within a
 // microsecond, and each look costs more than a poll. After it, a wait
-// keeps polling with runtime.Gosched until Comm.spinFor (10 µs), then
-// yields the core (sched_yield) between polls. Both are short because a
+// looks every lookEvery polls, polling on (with runtime.Gosched when
+// other goroutines need it, see backoff) until Comm.spinFor (10 µs), then
+// yielding the core (sched_yield) at each look. Both are short because a
 // spinning rank may share its core with the rank it waits for (on a busy
 // host the scheduler puts both ranks on the core left free): every poll
 // until the yield is time that rank cannot run. 2-rank AllReduce on shm
 // on a host at load 5-7, time µs in three runs (Open MPI sm: 0.14 at 8 B,
 // 0.76 at 4 KiB): 2048 polls and 50 µs: 8 B 63, 0.26, 63; 4 KiB 26, 64,
 // 64. 256 polls and 10 µs: 8 B 0.25, 0.25, 0.59; 4 KiB 15, 1.8, 1.1.
-// Yielding at once (64 polls, 0 µs) cost 2 µs at 8 B. With more ranks on
-// the host than cores (Comm.spinFirst is spinOversub then) the wait
-// yields sooner still (4 ranks on 2 cores, AllGather 4 KiB: 2048 polls
-// 43-318 µs, 64 polls 33-63 µs).
+// Yielding at once (64 polls, 0 µs) cost 2 µs at 8 B.
+//
+// With more ranks on the host than cores the rank waited for is most
+// likely not running, so the wait yields after spinOversub polls and then
+// at every lookOversub-th poll (Comm.spinFor is 0). 4 ranks on 2 CPUs of
+// an idle 16-core host (taskset), time µs in three runs, AllReduce 8 B,
+// AllGather 4 KiB, ReduceScatter 64 KiB: 64/256 polls 12.9, 11.8, 7.9;
+// 12.8, 9.4, 14.8; 48, 38, 36. 16/16: 7.0, 6.9, 7.3; 13.3, 13.2, 9.1;
+// 23, 25, 30. 4/4: 10.1, 7.4, 8.1; 11.6, 8.6, 8.8; 33, 32, 31, and
+// AllGather 1 MiB 310 µs against 180-260 with 16/16. (On the 2-core host
+// itself, 2048 polls: AllGather 4 KiB 43-318 µs, 64 polls 33-63 µs.)
 const (
 	spinFirst   = 256
-	spinOversub = 64
+	spinOversub = 16
+	lookEvery   = 256
+	lookOversub = 16
 )
 
 // waitWord spins until the word at off of mem equals want. Flags whose
@@ -542,7 +621,7 @@ func (c *Comm) waitWord(mem []byte, off int, want uint64, peer int, flag bool, a
 			time.Sleep(time.Microsecond)
 			continue
 		}
-		if i&255 != 0 {
+		if i&c.lookMask != 0 {
 			continue
 		}
 		if err := c.checkWait(peer, done, start, deadline); err != nil {
@@ -617,12 +696,24 @@ func (c *Comm) checkWait(peer int, done <-chan struct{}, start, deadline time.Ti
 
 // backoff gives the CPU away as a wait grows: other goroutines first,
 // other processes after spinFor, short sleeps after a millisecond.
+//
+// Other goroutines only when this process has other ranks (or one P):
+// runtime.Gosched also wakes an idle P's thread to look for work, a
+// context switch per call that, with ranks outnumbering the cores, takes
+// the core from the rank being waited for (4 ranks on 2 cores, AllGather
+// 4 KiB: 20-30 µs with it, ~10 µs without). The process's other
+// goroutines still run on the other Ps.
 func (c *Comm) backoff(start time.Time) {
+	gosched := c.oneP || procComms.Load() > 1
 	switch d := time.Since(start); {
 	case d < c.spinFor:
-		runtime.Gosched()
+		if gosched {
+			runtime.Gosched()
+		}
 	case d < time.Millisecond:
-		runtime.Gosched()
+		if gosched {
+			runtime.Gosched()
+		}
 		osYield()
 	default:
 		time.Sleep(20 * time.Microsecond)

@@ -93,3 +93,6 @@ func ReplaceWithAnon(b []byte) error {
 // Yield lets other goroutines run (runtime.Gosched; sched_yield is a Linux
 // call here).
 func Yield() { runtime.Gosched() }
+
+// RawYield is Yield.
+func RawYield() { Yield() }

@@ -53,6 +53,9 @@ func ReplaceWithAnon(b []byte) error { return notSupported("mmap") }
 // Yield lets other goroutines run (runtime.Gosched).
 func Yield() { runtime.Gosched() }
 
+// RawYield is Yield.
+func RawYield() { Yield() }
+
 // Read is not supported on Windows.
 func Read(fd int, b []byte) (int, error) { return 0, notSupported("read") }
 

@@ -205,8 +205,16 @@ func apply(t Type, op Op, dst, a, b []byte) {
 	case Uint64:
 		typed(op, as[uint64](dst), as[uint64](a), as[uint64](b))
 	case Float32:
+		if op == Sum {
+			sumF32(as[float32](dst), as[float32](a), as[float32](b))
+			return
+		}
 		typed(op, as[float32](dst), as[float32](a), as[float32](b))
 	case Float64:
+		if op == Sum {
+			sumF64(as[float64](dst), as[float64](a), as[float64](b))
+			return
+		}
 		typed(op, as[float64](dst), as[float64](a), as[float64](b))
 	case Float16:
 		d, x, y := as[uint16](dst), as[uint16](a), as[uint16](b)
