@@ -96,12 +96,20 @@ func (s *Store) transport(ctx context.Context, segment string) string {
 	return tr
 }
 
-// keep reports whether locations in segment are worth keeping: not over
-// tcp0 (see above).
-func (s *Store) keep(ctx context.Context, segment string) bool {
+// keep reports whether the location of a value of size bytes in segment
+// is worth keeping: everywhere but over tcp0 for a value over one slice
+// (there the two Reads go in two batches, no faster than the master's
+// RPC and one Read).
+func (s *Store) keep(ctx context.Context, segment string, size int) bool {
 	tr := s.transport(ctx, segment)
-	return tr != "" && tr != "tcp"
+	return tr != "" && (tr != "tcp" || size <= s.oneSlice())
 }
+
+// inOrder reports whether the transport named keeps a fenced Read after a
+// Read (verbs.SendFence): software ones (shm0 runs a QP's requests in
+// order; tcp0's requester holds the fenced request until the Reads before
+// it completed). siw (Linux 6.1) never sends a READ fenced after a READ.
+func inOrder(transport string) bool { return transport == "shm" || transport == "tcp" }
 
 func (c *locCache) get(key []byte) (cachedLoc, bool) {
 	c.mu.Lock()
@@ -230,10 +238,9 @@ func (s *Store) getCached(ctx context.Context, keys [][]byte, dsts []Buf, pendin
 	}
 	errs := make([]error, len(keys))
 	var failed []error
-	// Fenced in one batch only over shm0 (which runs a QP's requests in
-	// order): siw (Linux 6.1) never sends a READ fenced after a READ.
+	// Fenced in one batch only over the transports that order them.
 	fenced := !slices.ContainsFunc(cl, func(c cachedLoc) bool {
-		return c.size > s.oneSlice() || s.transport(ctx, c.locs[0].Segment) != "shm"
+		return c.size > s.oneSlice() || !inOrder(s.transport(ctx, c.locs[0].Segment))
 	})
 	if fenced {
 		failed = s.move(ctx, reqs, owner, errs)

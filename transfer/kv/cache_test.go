@@ -15,13 +15,14 @@ import (
 // such a read must not return the bytes now there (the header check; with
 // it removed this test fails).
 func TestCachedGetValidated(t *testing.T) {
-	// shm0, default slices: the header Read fenced after the value's in
-	// one batch; 64 KiB slices: the values are over one slice, two
-	// batches (as over RDMA devices; tcp0 keeps no locations).
+	// shm0 and tcp0, default slices: the header Read fenced after the
+	// value's in one batch; shm0 with 64 KiB slices: the values are over
+	// one slice, two batches (as over RDMA devices; tcp0 keeps no
+	// locations of such values).
 	for _, c := range []struct {
 		dev   string
 		slice int
-	}{{"shm0", 0}, {"shm0", 64 << 10}} {
+	}{{"shm0", 0}, {"tcp0", 0}, {"shm0", 64 << 10}} {
 		t.Run(fmt.Sprint(c.dev, "-slice", c.slice), func(t *testing.T) { testCachedGetValidated(t, c.dev, c.slice) })
 	}
 }

@@ -661,7 +661,7 @@ func (s *Store) PutMRBatch(ctx context.Context, keys [][]byte, values []Buf) err
 		if d.Uint8() == 1 {
 			old, leases = decodeRetired(d, old, leases)
 		}
-		if errs[i] == nil && len(locs[i]) > 0 && s.keep(cctx, locs[i][0].Segment) {
+		if errs[i] == nil && len(locs[i]) > 0 && s.keep(cctx, locs[i][0].Segment, values[i].Len) {
 			s.cache.put(keys[i], cachedLoc{ver: vers[i], size: values[i].Len, locs: locs[i]})
 		}
 	}
@@ -962,7 +962,7 @@ func (s *Store) getOnce(ctx context.Context, keys [][]byte, dsts []Buf, pending 
 		}
 	}
 	for _, i := range idx {
-		if errs[i] == nil && !pending[i] && len(locs[i]) > 0 && s.keep(ctx, locs[i][0].Segment) {
+		if errs[i] == nil && !pending[i] && len(locs[i]) > 0 && s.keep(ctx, locs[i][0].Segment, sizes[i]) {
 			s.cache.put(keys[i], cachedLoc{ver: vers[i], size: sizes[i], locs: locs[i]})
 		}
 	}
