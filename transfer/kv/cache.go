@@ -27,17 +27,18 @@ package kv
 // read this way by a client that kept its location: it is a value a Put
 // committed, whole.
 //
-// Over tcp0 the header Read is a round trip through the tcp transport's
-// goroutines: a client keeps locations only in segments it reaches over
-// another transport (shm0, an RDMA NIC), where that Read costs a few
-// microseconds (Store.keep). Over shm0 the two Reads go in one batch, the
-// header's fenced after the value's on the same QP
-// (transfer.Request.After); elsewhere in two batches. Measured over tcp0
-// on 2 cores (kv bench GET, 2026-11-30): with locations kept, one client
-// went from 10k to 19k ops/s at 8 B and 7k to 10k at 256 KiB, but eight
-// clients in one process from 13.7k to 7.5k at 4 KiB and 9.5k to 5.8k
-// at 256 KiB: two transport round trips cost more than one and the
-// master's RPC once many connections share the cores.
+// Over shm0 and tcp0 the two Reads go in one batch, the header's fenced
+// after the value's on the same QP (transfer.Request.After; inOrder);
+// elsewhere, and for values over one slice, in two batches. Over tcp0 the
+// fenced Read is one more round trip through the transport, which pays
+// only while few Gets run at once in the process (tcpDirect); values over
+// one slice are not kept there (keep). Measured over tcp0 on 2 shared
+// cores (kv bench GET, old and new builds back to back, 2026-11-30): one
+// client went from 5.5-8.8k to 10.4-11.4k ops/s at 256 KiB; keeping
+// locations for every Get, eight clients in one process fell (256 KiB:
+// 5.9-6.8k to 5.1-6.4k; 1 MiB: 3.0-4.0k to 2.3-2.5k); with at most
+// tcpDirect at once they are at or above the old build (256 KiB: 9.6-9.8k
+// to 10.5-10.8k; 1 MiB: 4.0-4.5k to 4.2-4.5k).
 //
 // The cache is a map under a mutex, bounded by maxCached keys (one is
 // dropped for each added beyond). Methods run on the caller's goroutine.
@@ -46,8 +47,10 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/rdmakit/rdmakit/internal/frame"
 	"github.com/rdmakit/rdmakit/transfer"
@@ -104,6 +107,24 @@ func (s *Store) keep(ctx context.Context, segment string, size int) bool {
 	tr := s.transport(ctx, segment)
 	return tr != "" && (tr != "tcp" || size <= s.oneSlice())
 }
+
+// tcpDirect counts the Gets of this process reading over tcp0 without
+// the master now. At most maxTCPDirect do; the others ask the master. The
+// fenced header Read is a round trip through the tcp transport: the
+// holder's reader and then ours woken through Go's network poller, our
+// completion goroutine through a futex. With one Get at a time that costs
+// about what the master's RPC costs (over its Unix socket: one
+// goroutine woken at each end), but with many in one process (8 clients
+// of kv bench on 2 cores) every wake waits its turn: 1 MiB values, 8
+// clients, mean per Get: the master's RPC 0.57 ms and the value's Read
+// 1.17 ms, against 1.26 ms for the value's Read and 1.01 ms for the
+// header's (two batches) or 2.16 ms for both fenced in one batch;
+// 4.5k against 3.6k GET/s.
+var tcpDirect atomic.Int32
+
+// maxTCPDirect is GOMAXPROCS-1, at least 1: as many as Batch.Wait lets
+// poll their completion queues themselves.
+func maxTCPDirect() int32 { return int32(max(1, runtime.GOMAXPROCS(0)-1)) }
 
 // inOrder reports whether the transport named keeps a fenced Read after a
 // Read (verbs.SendFence): software ones (shm0 runs a QP's requests in
@@ -199,6 +220,12 @@ func (s *Store) clearHeaders(ctx context.Context, locs []Location, leases []uint
 func (s *Store) getCached(ctx context.Context, keys [][]byte, dsts []Buf, pending []bool, sizes []int) {
 	var idx []int
 	var cl []cachedLoc
+	overTCP := false // holding a tcpDirect slot
+	defer func() {
+		if overTCP {
+			tcpDirect.Add(-1)
+		}
+	}()
 	for i, k := range keys {
 		if !pending[i] {
 			continue
@@ -210,6 +237,13 @@ func (s *Store) getCached(ctx context.Context, keys [][]byte, dsts []Buf, pendin
 		if _, ok := headerOf(c.locs[0]); !ok {
 			s.cache.drop(k)
 			continue
+		}
+		if s.transport(ctx, c.locs[0].Segment) == "tcp" && !overTCP {
+			if tcpDirect.Add(1) > maxTCPDirect() {
+				tcpDirect.Add(-1)
+				continue // through the master (kept: next time, maybe)
+			}
+			overTCP = true
 		}
 		idx = append(idx, i)
 		cl = append(cl, c)
