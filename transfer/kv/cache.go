@@ -31,14 +31,12 @@ package kv
 // after the value's on the same QP (transfer.Request.After; inOrder);
 // elsewhere, and for values over one slice, in two batches. Over tcp0 the
 // fenced Read is one more round trip through the transport, which pays
-// only while few Gets run at once in the process (tcpDirect); values over
+// only while few Gets run at once in the process (getsNow); values over
 // one slice are not kept there (keep). Measured over tcp0 on 2 shared
 // cores (kv bench GET, old and new builds back to back, 2026-11-30): one
 // client went from 5.5-8.8k to 10.4-11.4k ops/s at 256 KiB; keeping
 // locations for every Get, eight clients in one process fell (256 KiB:
-// 5.9-6.8k to 5.1-6.4k; 1 MiB: 3.0-4.0k to 2.3-2.5k); with at most
-// tcpDirect at once they are at or above the old build (256 KiB: 9.6-9.8k
-// to 10.5-10.8k; 1 MiB: 4.0-4.5k to 4.2-4.5k).
+// 5.9-6.8k to 5.1-6.4k; 1 MiB: 3.0-4.0k to 2.3-2.5k).
 //
 // The cache is a map under a mutex, bounded by maxCached keys (one is
 // dropped for each added beyond). Methods run on the caller's goroutine.
@@ -108,22 +106,24 @@ func (s *Store) keep(ctx context.Context, segment string, size int) bool {
 	return tr != "" && (tr != "tcp" || size <= s.oneSlice())
 }
 
-// tcpDirect counts the Gets of this process reading over tcp0 without
-// the master now. At most maxTCPDirect do; the others ask the master. The
-// fenced header Read is a round trip through the tcp transport: the
-// holder's reader and then ours woken through Go's network poller, our
-// completion goroutine through a futex. With one Get at a time that costs
-// about what the master's RPC costs (over its Unix socket: one
-// goroutine woken at each end), but with many in one process (8 clients
-// of kv bench on 2 cores) every wake waits its turn: 1 MiB values, 8
-// clients, mean per Get: the master's RPC 0.57 ms and the value's Read
-// 1.17 ms, against 1.26 ms for the value's Read and 1.01 ms for the
-// header's (two batches) or 2.16 ms for both fenced in one batch;
-// 4.5k against 3.6k GET/s.
-var tcpDirect atomic.Int32
+// getsNow counts the GetMRBatch calls of this process in progress. Over
+// tcp0 a Get reads without the master only while at most maxTCPDirect
+// are: the fenced header Read is a round trip through the tcp transport
+// (the holder's reader and then ours woken through Go's network poller,
+// our completion goroutine through a futex) which, with one Get at a
+// time, costs less than the master's RPC (over its Unix socket: one
+// goroutine woken at each end) but with many in one process costs more,
+// every wake-up waiting its turn. kv bench over tcp0, 2 cores, 8 clients:
+// 1 MiB values, mean per Get, the master's RPC 0.57 ms and the value's
+// Read 1.17 ms against 1.26 ms for the value's Read and 1.01 ms for the
+// header's (two batches) or 2.16 ms for both fenced in one batch, 4.5k
+// against 3.6k GET/s; 256 KiB, 10.8-11.2k GET/s with every Get through
+// the master, 10.3-10.7k with at most one at a time without it, 9.4-10.0k
+// with two.
+var getsNow atomic.Int32
 
-// maxTCPDirect is GOMAXPROCS-1, at least 1: as many as Batch.Wait lets
-// poll their completion queues themselves.
+// maxTCPDirect is GOMAXPROCS-1, at least 1 (as many as Batch.Wait lets
+// poll their completion queues themselves).
 func maxTCPDirect() int32 { return int32(max(1, runtime.GOMAXPROCS(0)-1)) }
 
 // inOrder reports whether the transport named keeps a fenced Read after a
@@ -220,12 +220,6 @@ func (s *Store) clearHeaders(ctx context.Context, locs []Location, leases []uint
 func (s *Store) getCached(ctx context.Context, keys [][]byte, dsts []Buf, pending []bool, sizes []int) {
 	var idx []int
 	var cl []cachedLoc
-	overTCP := false // holding a tcpDirect slot
-	defer func() {
-		if overTCP {
-			tcpDirect.Add(-1)
-		}
-	}()
 	for i, k := range keys {
 		if !pending[i] {
 			continue
@@ -238,12 +232,8 @@ func (s *Store) getCached(ctx context.Context, keys [][]byte, dsts []Buf, pendin
 			s.cache.drop(k)
 			continue
 		}
-		if s.transport(ctx, c.locs[0].Segment) == "tcp" && !overTCP {
-			if tcpDirect.Add(1) > maxTCPDirect() {
-				tcpDirect.Add(-1)
-				continue // through the master (kept: next time, maybe)
-			}
-			overTCP = true
+		if getsNow.Load() > maxTCPDirect() && s.transport(ctx, c.locs[0].Segment) == "tcp" {
+			continue // through the master (kept: next time, maybe)
 		}
 		idx = append(idx, i)
 		cl = append(cl, c)

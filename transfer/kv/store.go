@@ -850,6 +850,8 @@ func (s *Store) GetMRBatch(ctx context.Context, keys [][]byte, dsts []Buf) ([]in
 			return nil, &KeyError{Index: i, Key: keys[i], Err: fmt.Errorf("%w: destination range outside its region", transfer.ErrBounds)}
 		}
 	}
+	getsNow.Add(1)
+	defer getsNow.Add(-1)
 	sizes := make([]int, len(keys))
 	errs := make([]error, len(keys))
 	pending := make([]bool, len(keys))
