@@ -31,8 +31,8 @@ package kv
 // after the value's on the same QP (transfer.Request.After; inOrder);
 // elsewhere, and for values over one slice, in two batches. Over tcp0 the
 // fenced Read is one more round trip through the transport, which pays
-// only while few Gets run at once in the process (getsNow); values over
-// one slice are not kept there (keep). Measured over tcp0 on 2 shared
+// only while few Gets run at once in the process (getsNow) and for
+// values up to maxKeptTCP (keep). Measured over tcp0 on 2 shared
 // cores (kv bench GET, old and new builds back to back, 2026-11-30): one
 // client went from 5.5-8.8k to 10.4-11.4k ops/s at 256 KiB; keeping
 // locations for every Get, eight clients in one process fell (256 KiB:
@@ -98,13 +98,21 @@ func (s *Store) transport(ctx context.Context, segment string) string {
 }
 
 // keep reports whether the location of a value of size bytes in segment
-// is worth keeping: everywhere but over tcp0 for a value over one slice
-// (there the two Reads go in two batches, no faster than the master's
-// RPC and one Read).
+// is worth keeping: everywhere but over tcp0 for a value over maxKeptTCP
+// or one slice (over one slice the two Reads go in two batches).
 func (s *Store) keep(ctx context.Context, segment string, size int) bool {
 	tr := s.transport(ctx, segment)
-	return tr != "" && (tr != "tcp" || size <= s.oneSlice())
+	return tr != "" && (tr != "tcp" || size <= min(maxKeptTCP, s.oneSlice()))
 }
+
+// maxKeptTCP is the largest value whose location a client keeps over
+// tcp0. kv bench GET over tcp0, one client, old (every Get through the
+// master) and new builds back to back on 2 shared cores: 256 KiB 5.8-6.4k
+// to 10.1-10.8k ops/s, 512 KiB 4.0-5.0k to 6.7-6.9k, but 1 MiB 3.2-3.6k
+// to 2.8-3.5k (five pairs; bench/kv-vs-redis.sh: 2.5k, 3.0k and 3.5k
+// in three runs against 3.6k and 3.7k in two): there the fenced header
+// Read after the value's costs as much as the master's RPC, or more.
+const maxKeptTCP = 512 << 10
 
 // getsNow counts the GetMRBatch calls of this process in progress. Over
 // tcp0 a Get reads without the master only while at most maxTCPDirect
