@@ -130,6 +130,12 @@ const maxKeptTCP = 512 << 10
 // with two.
 var getsNow atomic.Int32
 
+// direct reports whether a Get may now read a location it kept in segment
+// without the master (see getsNow).
+func (s *Store) direct(ctx context.Context, segment string) bool {
+	return getsNow.Load() <= maxTCPDirect() || s.transport(ctx, segment) != "tcp"
+}
+
 // maxTCPDirect is GOMAXPROCS-1, at least 1 (as many as Batch.Wait lets
 // poll their completion queues themselves).
 func maxTCPDirect() int32 { return int32(max(1, runtime.GOMAXPROCS(0)-1)) }
@@ -240,7 +246,7 @@ func (s *Store) getCached(ctx context.Context, keys [][]byte, dsts []Buf, pendin
 			s.cache.drop(k)
 			continue
 		}
-		if getsNow.Load() > maxTCPDirect() && s.transport(ctx, c.locs[0].Segment) == "tcp" {
+		if !s.direct(ctx, c.locs[0].Segment) {
 			continue // through the master (kept: next time, maybe)
 		}
 		idx = append(idx, i)
