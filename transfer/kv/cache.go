@@ -27,17 +27,16 @@ package kv
 // read this way by a client that kept its location: it is a value a Put
 // committed, whole.
 //
-// Over tcp0 the header Read is a round trip through the tcp transport's
-// goroutines: a client keeps locations only in segments it reaches over
-// another transport (shm0, an RDMA NIC), where that Read costs a few
-// microseconds (Store.keep). Over shm0 the two Reads go in one batch, the
-// header's fenced after the value's on the same QP
-// (transfer.Request.After); elsewhere in two batches. Measured over tcp0
-// on 2 cores (kv bench GET, 2026-11-30): with locations kept, one client
-// went from 10k to 19k ops/s at 8 B and 7k to 10k at 256 KiB, but eight
-// clients in one process from 13.7k to 7.5k at 4 KiB and 9.5k to 5.8k
-// at 256 KiB: two transport round trips cost more than one and the
-// master's RPC once many connections share the cores.
+// Over shm0 and tcp0 the two Reads go in one batch, the header's fenced
+// after the value's on the same QP (transfer.Request.After; inOrder);
+// elsewhere, and for values over one slice, in two batches. Over tcp0 the
+// fenced Read is one more round trip through the transport, which pays
+// only while few Gets run at once in the process (getsNow) and for
+// values up to maxKeptTCP (keep). Measured over tcp0 on 2 shared
+// cores (kv bench GET, old and new builds back to back, 2026-11-30): one
+// client went from 5.5-8.8k to 10.4-11.4k ops/s at 256 KiB; keeping
+// locations for every Get, eight clients in one process fell (256 KiB:
+// 5.9-6.8k to 5.1-6.4k; 1 MiB: 3.0-4.0k to 2.3-2.5k).
 //
 // The cache is a map under a mutex, bounded by maxCached keys (one is
 // dropped for each added beyond). Methods run on the caller's goroutine.
@@ -46,8 +45,10 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/rdmakit/rdmakit/internal/frame"
 	"github.com/rdmakit/rdmakit/transfer"
@@ -96,12 +97,54 @@ func (s *Store) transport(ctx context.Context, segment string) string {
 	return tr
 }
 
-// keep reports whether locations in segment are worth keeping: not over
-// tcp0 (see above).
-func (s *Store) keep(ctx context.Context, segment string) bool {
+// keep reports whether the location of a value of size bytes in segment
+// is worth keeping: everywhere but over tcp0 for a value over maxKeptTCP
+// or one slice (over one slice the two Reads go in two batches).
+func (s *Store) keep(ctx context.Context, segment string, size int) bool {
 	tr := s.transport(ctx, segment)
-	return tr != "" && tr != "tcp"
+	return tr != "" && (tr != "tcp" || size <= min(maxKeptTCP, s.oneSlice()))
 }
+
+// maxKeptTCP is the largest value whose location a client keeps over
+// tcp0. kv bench GET over tcp0, one client, old (every Get through the
+// master) and new builds back to back on 2 shared cores: 256 KiB 5.8-6.4k
+// to 10.1-10.8k ops/s, 512 KiB 4.0-5.0k to 6.7-6.9k, but 1 MiB 3.2-3.6k
+// to 2.8-3.5k (five pairs; bench/kv-vs-redis.sh: 2.5k, 3.0k and 3.5k
+// in three runs against 3.6k and 3.7k in two): there the fenced header
+// Read after the value's costs as much as the master's RPC, or more.
+const maxKeptTCP = 512 << 10
+
+// getsNow counts the GetMRBatch calls of this process in progress. Over
+// tcp0 a Get reads without the master only while at most maxTCPDirect
+// are: the fenced header Read is a round trip through the tcp transport
+// (the holder's reader and then ours woken through Go's network poller,
+// our completion goroutine through a futex) which, with one Get at a
+// time, costs less than the master's RPC (over its Unix socket: one
+// goroutine woken at each end) but with many in one process costs more,
+// every wake-up waiting its turn. kv bench over tcp0, 2 cores, 8 clients:
+// 1 MiB values, mean per Get, the master's RPC 0.57 ms and the value's
+// Read 1.17 ms against 1.26 ms for the value's Read and 1.01 ms for the
+// header's (two batches) or 2.16 ms for both fenced in one batch, 4.5k
+// against 3.6k GET/s; 256 KiB, 10.8-11.2k GET/s with every Get through
+// the master, 10.3-10.7k with at most one at a time without it, 9.4-10.0k
+// with two.
+var getsNow atomic.Int32
+
+// direct reports whether a Get may now read a location it kept in segment
+// without the master (see getsNow).
+func (s *Store) direct(ctx context.Context, segment string) bool {
+	return getsNow.Load() <= maxTCPDirect() || s.transport(ctx, segment) != "tcp"
+}
+
+// maxTCPDirect is GOMAXPROCS-1, at least 1 (as many as Batch.Wait lets
+// poll their completion queues themselves).
+func maxTCPDirect() int32 { return int32(max(1, runtime.GOMAXPROCS(0)-1)) }
+
+// inOrder reports whether the transport named keeps a fenced Read after a
+// Read (verbs.SendFence): software ones (shm0 runs a QP's requests in
+// order; tcp0's requester holds the fenced request until the Reads before
+// it completed). siw (Linux 6.1) never sends a READ fenced after a READ.
+func inOrder(transport string) bool { return transport == "shm" || transport == "tcp" }
 
 func (c *locCache) get(key []byte) (cachedLoc, bool) {
 	c.mu.Lock()
@@ -203,6 +246,9 @@ func (s *Store) getCached(ctx context.Context, keys [][]byte, dsts []Buf, pendin
 			s.cache.drop(k)
 			continue
 		}
+		if !s.direct(ctx, c.locs[0].Segment) {
+			continue // through the master (kept: next time, maybe)
+		}
 		idx = append(idx, i)
 		cl = append(cl, c)
 	}
@@ -230,10 +276,9 @@ func (s *Store) getCached(ctx context.Context, keys [][]byte, dsts []Buf, pendin
 	}
 	errs := make([]error, len(keys))
 	var failed []error
-	// Fenced in one batch only over shm0 (which runs a QP's requests in
-	// order): siw (Linux 6.1) never sends a READ fenced after a READ.
+	// Fenced in one batch only over the transports that order them.
 	fenced := !slices.ContainsFunc(cl, func(c cachedLoc) bool {
-		return c.size > s.oneSlice() || s.transport(ctx, c.locs[0].Segment) != "shm"
+		return c.size > s.oneSlice() || !inOrder(s.transport(ctx, c.locs[0].Segment))
 	})
 	if fenced {
 		failed = s.move(ctx, reqs, owner, errs)

@@ -15,13 +15,14 @@ import (
 // such a read must not return the bytes now there (the header check; with
 // it removed this test fails).
 func TestCachedGetValidated(t *testing.T) {
-	// shm0, default slices: the header Read fenced after the value's in
-	// one batch; 64 KiB slices: the values are over one slice, two
-	// batches (as over RDMA devices; tcp0 keeps no locations).
+	// shm0 and tcp0, default slices: the header Read fenced after the
+	// value's in one batch; shm0 with 64 KiB slices: the values are over
+	// one slice, two batches (as over RDMA devices; tcp0 keeps no
+	// locations of such values).
 	for _, c := range []struct {
 		dev   string
 		slice int
-	}{{"shm0", 0}, {"shm0", 64 << 10}} {
+	}{{"shm0", 0}, {"tcp0", 0}, {"shm0", 64 << 10}} {
 		t.Run(fmt.Sprint(c.dev, "-slice", c.slice), func(t *testing.T) { testCachedGetValidated(t, c.dev, c.slice) })
 	}
 }
@@ -97,6 +98,47 @@ func testCachedGetValidated(t *testing.T, dev string, slice int) {
 	}
 	if err != nil && !errors.Is(err, ErrNotFound) {
 		t.Fatal(err)
+	}
+}
+
+// TestCachedGetTCPPolicy: over tcp0 a client keeps the locations of
+// values up to maxKeptTCP only, and reads them without the master only
+// while at most maxTCPDirect Gets of the process are in progress.
+func TestCachedGetTCPPolicy(t *testing.T) {
+	ctx := context.Background()
+	ss := cluster(t, "tcp0", 1, 4<<20, nil)
+	c := client(t, "tcp0", ss[0].Addr())
+	small, big := value(1, maxKeptTCP), value(2, maxKeptTCP+1)
+	for k, v := range map[string][]byte{"small": small, "big": big} {
+		if err := ss[0].Put(ctx, []byte(k), v); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := c.Get(ctx, []byte(k)); err != nil || !bytes.Equal(got, v) {
+			t.Fatalf("get %s: %v", k, err)
+		}
+	}
+	if _, ok := c.cache.get([]byte("small")); !ok {
+		t.Fatal("a value of maxKeptTCP bytes: location not kept")
+	}
+	if _, ok := c.cache.get([]byte("big")); ok {
+		t.Fatal("a value over maxKeptTCP: location kept over tcp0")
+	}
+	l, _ := c.cache.get([]byte("small"))
+	if !c.direct(ctx, l.locs[0].Segment) {
+		t.Fatal("no Get in progress: not read without the master")
+	}
+	// As if called in a Get while maxTCPDirect others are in progress.
+	getsNow.Add(maxTCPDirect() + 1)
+	defer getsNow.Add(-maxTCPDirect() - 1)
+	if c.direct(ctx, l.locs[0].Segment) {
+		t.Fatalf("%d Gets in progress: read without the master", getsNow.Load())
+	}
+	// Through the master then, still whole, and the location still kept.
+	if got, err := c.Get(ctx, []byte("small")); err != nil || !bytes.Equal(got, small) {
+		t.Fatalf("get through the master: %v", err)
+	}
+	if _, ok := c.cache.get([]byte("small")); !ok {
+		t.Fatal("location dropped")
 	}
 }
 

@@ -661,7 +661,7 @@ func (s *Store) PutMRBatch(ctx context.Context, keys [][]byte, values []Buf) err
 		if d.Uint8() == 1 {
 			old, leases = decodeRetired(d, old, leases)
 		}
-		if errs[i] == nil && len(locs[i]) > 0 && s.keep(cctx, locs[i][0].Segment) {
+		if errs[i] == nil && len(locs[i]) > 0 && s.keep(cctx, locs[i][0].Segment, values[i].Len) {
 			s.cache.put(keys[i], cachedLoc{ver: vers[i], size: values[i].Len, locs: locs[i]})
 		}
 	}
@@ -850,6 +850,8 @@ func (s *Store) GetMRBatch(ctx context.Context, keys [][]byte, dsts []Buf) ([]in
 			return nil, &KeyError{Index: i, Key: keys[i], Err: fmt.Errorf("%w: destination range outside its region", transfer.ErrBounds)}
 		}
 	}
+	getsNow.Add(1)
+	defer getsNow.Add(-1)
 	sizes := make([]int, len(keys))
 	errs := make([]error, len(keys))
 	pending := make([]bool, len(keys))
@@ -962,7 +964,7 @@ func (s *Store) getOnce(ctx context.Context, keys [][]byte, dsts []Buf, pending 
 		}
 	}
 	for _, i := range idx {
-		if errs[i] == nil && !pending[i] && len(locs[i]) > 0 && s.keep(ctx, locs[i][0].Segment) {
+		if errs[i] == nil && !pending[i] && len(locs[i]) > 0 && s.keep(ctx, locs[i][0].Segment, sizes[i]) {
 			s.cache.put(keys[i], cachedLoc{ver: vers[i], size: sizes[i], locs: locs[i]})
 		}
 	}
