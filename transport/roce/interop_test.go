@@ -121,9 +121,13 @@ func (s *interSide) recv(v any) {
 		if !s.in.Scan() {
 			s.t.Fatalf("peer gone: %v", s.in.Err())
 		}
-		// The child's test framework prints a line or two first.
+		// The child's test framework prints its own lines (=== RUN, and
+		// its log and failure messages) among the JSON ones: pass them on.
 		if line = s.in.Bytes(); len(line) > 0 && (line[0] == '{' || line[0] == '"') {
 			break
+		}
+		if len(line) > 0 {
+			s.t.Logf("peer: %s", line)
 		}
 	}
 	if err := json.Unmarshal(line, v); err != nil {
