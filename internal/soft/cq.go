@@ -21,6 +21,7 @@ type CQ struct {
 	r    ring.Ring
 	off  int
 	size int
+	prog Progresser // the transport's, if it has one (progress.go)
 
 	closed atomic.Bool
 }
@@ -35,7 +36,7 @@ func (c *Context) CreateCQ(cqe int) (driver.CQ, error) {
 	if err != nil {
 		return nil, err
 	}
-	cq := &CQ{ctx: c, r: ring.Init(b, cqe, rc.WCSize), off: off, size: n}
+	cq := &CQ{ctx: c, r: ring.Init(b, cqe, rc.WCSize), off: off, size: n, prog: progresser(c)}
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -57,6 +58,7 @@ func (cq *CQ) Poll(wcs []WorkCompletion) (int, error) {
 	var buf [rc.WCSize]byte
 	var w rc.WC
 	n := 0
+	cq.progress()
 	for n < len(wcs) && cq.r.TryPop(buf[:]) {
 		w.Decode(buf[:])
 		wcs[n] = WorkCompletion{

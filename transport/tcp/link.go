@@ -70,6 +70,9 @@ var (
 	errProtocol  = errors.New("tcp: protocol violation by the peer")
 	errBadAccept = errors.New("tcp: unexpected connection accept")
 	errStalled   = errors.New("tcp: the peer does not read its responses")
+	// errLinger: the responder failed; the link goroutine closes the
+	// connection in order (linger) before it exits.
+	errLinger = errors.New("tcp: responder failed")
 	// errDeregistered: the region a request was moving data into or out
 	// of was deregistered meanwhile; the rest must not touch its memory.
 	errDeregistered = errors.New("tcp: memory region deregistered during the transfer")
@@ -98,7 +101,8 @@ type link struct {
 	timer    *time.Timer       // runs onTimer
 	epoch    time.Time         // the engines' clock starts here
 	writeFn  func(fd uintptr) bool
-	readFn   func(fd uintptr) bool
+	readFn   func(fd uintptr)
+	waitFn   func(fd uintptr) bool
 	busyPoll time.Duration // the reader's spin before it sleeps (0: none)
 	progress atomic.Uint64 // bytes moved either way, responses seen
 	// rdHeld counts READ and atomic responses queued and not yet taken
@@ -131,8 +135,21 @@ type link struct {
 	out  output
 	pkt2 rcproto.Packet // buildBatchLocked's
 
-	// Reader goroutine only.
-	resp    *rcproto.Responder
+	// polled counts the application's polls of this link's CQs (poll);
+	// the reader does not busy-poll while it moves.
+	polled atomic.Uint64
+
+	// rmu is the read side: the fields below belong to whoever holds it.
+	// The link goroutine holds it from its start, and lets go of it only
+	// while it waits for input between frames (idle) and once it has
+	// exited (rdone); an application goroutine polling an empty CQ takes
+	// it meanwhile with TryLock and handles what has arrived (poll.go).
+	rmu        sync.Mutex
+	rdone      bool   // the link goroutine has exited: nothing more is read
+	perr       error  // a poller's handling ended the link: the reader exits with it
+	kicked     bool   // a poller set a read deadline to wake the reader
+	lastPolled uint64 // polled when the reader last went idle
+	resp       *rcproto.Responder
 	rbuf    []byte
 	rpos    int
 	rend    int
@@ -177,6 +194,7 @@ func newLink(d *qpDriver, peer qpAddr, ip net.IP, dialer bool, rqpsn psn, maxDes
 	l.cond.L = &d.mu
 	l.writeFn = l.rawWrite
 	l.readFn = l.rawRead
+	l.waitFn = l.rawWait
 	l.readPinFn = l.rawReadPinned
 	l.timer = time.AfterFunc(time.Hour, l.onTimer)
 	l.timer.Stop()
@@ -355,13 +373,22 @@ func (l *link) startLocked(attr *verbs.QPAttr) {
 	}
 }
 
-// run is the link goroutine.
+// run is the link goroutine. It holds the read side (rmu) but while it
+// waits for input between frames.
 func (l *link) run() {
 	defer l.wg.Done()
+	l.rmu.Lock()
+	defer l.rmu.Unlock()
 	err := l.establish()
 	if err == nil {
 		err = l.readLoop()
 	}
+	if err == errLinger {
+		l.linger()
+		err = errStopped
+	}
+	l.rdone = true
+	l.d.cd.removePoller(l)
 	l.exit(err)
 }
 
@@ -544,6 +571,7 @@ func (l *link) attach(c *net.TCPConn) error {
 	l.wg.Add(1)
 	go l.writer()
 	d.mu.Unlock()
+	l.d.cd.addPoller(l)
 	l.flush()
 	return nil
 }

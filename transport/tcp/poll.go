@@ -1,0 +1,253 @@
+package tcp
+
+// Progress driven by the application's polling. When the application polls
+// an empty CQ of a connected QP (CQ.Poll, and CQ.Wait, which polls before
+// it sleeps), soft calls Progress on its goroutine: the poller takes the
+// link's read side if the link goroutine has let go of it (rmu, TryLock),
+// reads what has arrived without blocking, handles every whole frame in
+// the buffer (the responder's and the requester's work, completions
+// included), and writes what that owes (ACKs, responses). One busy thread
+// per process then does all the work, as in a busy-polling RDMA library,
+// instead of the application's thread and the reader both (a thread
+// wake-up per message, or two spinning threads per process).
+//
+// Ownership: rmu is held by the link goroutine from its start, except
+// while it waits for input between frames (idle). A poller handles only
+// frames that are whole in the buffer and never blocks; a frame still
+// arriving, or too large for the buffer, stays for the link goroutine,
+// which sees the rest arrive (it waits for the socket to become readable,
+// never for a poller). Work a poller must leave while input may not come
+// (the output stall, the end of the link) it hands over with a kick: a
+// read deadline in the past, set under rmu, which wakes the waiting link
+// goroutine; the link goroutine clears it under rmu before it reads. So
+// the socket is read by one goroutine at a time, and input that arrives
+// while nobody polls is always found by the link goroutine.
+//
+// Whether the reader busy-polls (Options.TCPBusyPoll) follows the
+// application: while its polls arrive (polled moves), the reader parks at
+// once instead of spinning beside it.
+
+import (
+	"os"
+	"time"
+
+	"github.com/rdmakit/rdmakit/internal/soft"
+	"github.com/rdmakit/rdmakit/internal/sys"
+)
+
+// pollReadMax bounds a poller's read: enough for a frame with a payload
+// below directRead, whose data goes through the buffer anyway; larger
+// payloads are the link goroutine's to read straight into place.
+const pollReadMax = directRead + headerLen + trailerLen
+
+// Progress is soft.Progresser: cq was found empty by a poll. Links whose
+// QP completes into cq make what progress they can. It does nothing when
+// busy polling is off (Options.TCPBusyPoll 0).
+func (cd *ctxDriver) Progress(cq *soft.CQ) {
+	if cd.busyPoll == 0 {
+		return
+	}
+	ls := cd.pollers.Load()
+	if ls == nil {
+		return
+	}
+	for _, l := range *ls {
+		if s, r := l.qp.CQs(); s == cq || r == cq {
+			l.poll()
+		}
+	}
+}
+
+// addPoller and removePoller keep the list Progress walks: the links whose
+// connection is up (copy on write; Progress reads it without a lock).
+func (cd *ctxDriver) addPoller(l *link) {
+	cd.mu.Lock()
+	defer cd.mu.Unlock()
+	var ls []*link
+	if p := cd.pollers.Load(); p != nil {
+		ls = append(ls, *p...)
+	}
+	ls = append(ls, l)
+	cd.pollers.Store(&ls)
+}
+
+func (cd *ctxDriver) removePoller(l *link) {
+	cd.mu.Lock()
+	defer cd.mu.Unlock()
+	p := cd.pollers.Load()
+	if p == nil {
+		return
+	}
+	ls := make([]*link, 0, len(*p))
+	for _, x := range *p {
+		if x != l {
+			ls = append(ls, x)
+		}
+	}
+	cd.pollers.Store(&ls)
+}
+
+// poll is one poller's attempt on the link (an application goroutine).
+func (l *link) poll() {
+	l.polled.Add(1)
+	if !l.rmu.TryLock() {
+		return // the link goroutine is at work
+	}
+	if !l.rdone && l.perr == nil {
+		l.pump()
+	}
+	l.rmu.Unlock()
+}
+
+// pump handles the whole frames in the buffer, reading what has arrived
+// (twice at most), and writes what it owes. rmu is held.
+func (l *link) pump() {
+	var f frame
+	reads := 0
+	for {
+		if l.stall {
+			l.kickLocked() // awaitOutput blocks: the link goroutine's
+			break
+		}
+		if l.owedFrames >= flushFrames || l.owedBytes >= flushBytes {
+			l.flushOwed()
+		}
+		whole, big, err := l.buffered(&f)
+		if err != nil {
+			l.perr = l.protocolError(err)
+			l.kickLocked()
+			break
+		}
+		if whole {
+			if err := l.handleFrame(&f); err != nil {
+				l.perr = err
+				l.kickLocked()
+				break
+			}
+			continue
+		}
+		if big || reads == 2 || !l.pollRead() {
+			break
+		}
+		reads++
+	}
+	l.flushOwed()
+}
+
+// buffered reports whether the buffer holds the next frame whole (its
+// header decoded into f), and big when a poller leaves it to the link
+// goroutine (its payload is to be read straight into place; the rest of
+// it has still to come from the socket, which wakes the link goroutine).
+func (l *link) buffered(f *frame) (whole, big bool, err error) {
+	have := l.rend - l.rpos
+	if have < headerLen {
+		return false, false, nil
+	}
+	h, err := parseHeader(l.rbuf[l.rpos:l.rend])
+	if err != nil {
+		return false, false, err
+	}
+	h.decode(f)
+	need := headerLen
+	if f.op.hasPayload() {
+		need += int(f.length)
+		if f.op == opReadResp && f.flags&flagStatus != 0 {
+			need += trailerLen
+		}
+	}
+	return need <= have, need > have && need > pollReadMax, nil
+}
+
+// pollRead is a poller's non-blocking read into the buffer; false when
+// nothing came (an error or the end of the stream is left to the link
+// goroutine, which finds the socket readable).
+func (l *link) pollRead() bool {
+	if l.rpos > 0 && len(l.rbuf)-l.rend < pollReadMax {
+		copy(l.rbuf, l.rbuf[l.rpos:l.rend])
+		l.rend -= l.rpos
+		l.rpos = 0
+	}
+	n, err := l.tryRead(l.rbuf[l.rend:min(len(l.rbuf), l.rend+pollReadMax)])
+	if err != nil {
+		return false
+	}
+	l.rend += n
+	l.owedBytes += n
+	l.progress.Add(1)
+	return true
+}
+
+// kickLocked wakes the link goroutine from its wait for input (rmu held):
+// a poller left it work that no input may announce.
+func (l *link) kickLocked() {
+	if l.kicked {
+		return
+	}
+	l.kicked = true
+	l.conn.SetReadDeadline(aLongTimeAgo)
+}
+
+var aLongTimeAgo = time.Unix(1, 0)
+
+// idle is the link goroutine between frames with less than a header
+// buffered (rmu held): it reads what is there, or else writes what it
+// owes, busy-polls (Options.TCPBusyPoll) unless the application polls,
+// and then lets go of rmu and waits until the socket is readable or a
+// poller kicks it. It returns nil when there may be more to do.
+func (l *link) idle() error {
+	if l.rpos > 0 {
+		copy(l.rbuf, l.rbuf[l.rpos:l.rend])
+		l.rend -= l.rpos
+		l.rpos = 0
+	}
+	n, err := l.tryRead(l.rbuf[l.rend:])
+	if err == sys.ErrAgain {
+		l.flushOwed()
+		n, err = l.idleSpin()
+	}
+	if err == nil {
+		l.rend += n
+		l.owedBytes += n
+		l.progress.Add(1)
+		return nil
+	}
+	if err != sys.ErrAgain {
+		return err
+	}
+	l.rmu.Unlock()
+	err = l.raw.Read(l.waitFn)
+	l.rmu.Lock()
+	if l.kicked {
+		l.kicked = false
+		if err := l.conn.SetReadDeadline(time.Time{}); err != nil {
+			return err
+		}
+		if os.IsTimeout(err) {
+			err = nil
+		}
+	}
+	return err
+}
+
+// idleSpin busy-polls for input between frames, unless the application
+// polled since the reader was last idle or does meanwhile: then it is the
+// one to find the input, and a second spinning thread only takes its CPU.
+func (l *link) idleSpin() (int, error) {
+	p := l.polled.Load()
+	active := p != l.lastPolled
+	l.lastPolled = p
+	if l.busyPoll == 0 || active {
+		return 0, sys.ErrAgain
+	}
+	n, err := 0, error(sys.ErrAgain)
+	if spinning.Add(1) <= maxSpinning {
+		n, err = l.spin(l.rbuf[l.rend:], &p)
+	}
+	spinning.Add(-1)
+	l.lastPolled = l.polled.Load()
+	return n, err
+}
+
+// rawWait is the syscall.RawConn Read callback of idle: true once a read
+// would not block; it reads nothing.
+func (l *link) rawWait(fd uintptr) bool { return sys.Readable(int(fd)) }
