@@ -179,8 +179,22 @@ func (l *latLoop) runWrite() error {
 	pollAt := int(l.e.half) + last
 	word, shift := pollAt&^3, uint(pollAt&3)*8
 	l.wr[0].Flags |= verbs.SendSignaled
+	// On tcp the peer's write lands only when this process reads its
+	// socket: while the loop spins on memory it polls the (empty) send CQ
+	// too, which drives the transport's progress (transport/tcp poll.go),
+	// as a busy-polling library's wait loop calls its progress function.
+	// With nothing taken from the CQ (a zero-length slice), no completion
+	// is lost.
+	cq := l.e.scq
+	drive := l.w.drive
 	wait := func(seq byte, progress uint64) (bool, error) {
 		for spins := 0; byte(sys.Load32(mem, word)>>shift) != seq; spins++ {
+			if drive {
+				cq.Poll(l.wcs[:0])
+				if byte(sys.Load32(mem, word)>>shift) == seq {
+					break
+				}
+			}
 			if spins%gosEvery == gosEvery-1 && l.over() {
 				return false, nil
 			}

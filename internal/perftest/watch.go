@@ -32,7 +32,10 @@ type watch struct {
 	// times in a row waits in the driver for a completion (as -e does)
 	// instead of spinning on (0: it spins).
 	blockAfter uint32
-	idle       uint32
+	// drive: a loop that waits for memory the peer writes polls a CQ
+	// meanwhile, which is what moves the data on tcp (lat.go, runWrite).
+	drive bool
+	idle  uint32
 	// last is the loop's progress counter at the last check, at time since.
 	last  uint64
 	since time.Time
@@ -127,8 +130,10 @@ func (w *watch) start() { w.last, w.since = 0, time.Now() }
 // scheduler to a cgo transport: procs.go).
 func (w *watch) tune(dev verbs.DeviceInfo) {
 	tuneProcs(dev)
-	w.schedEvery, w.yieldEvery, w.blockAfter = gosEvery, yieldOthers, 0
+	w.schedEvery, w.yieldEvery, w.blockAfter, w.drive = gosEvery, yieldOthers, 0, false
 	switch dev.Transport {
+	case "tcp":
+		w.drive = true
 	case "shm":
 		w.yieldEvery = yieldShm
 	case "ibverbs":

@@ -98,6 +98,7 @@ func (cq *CQ) Wait(ctx context.Context, wcs []WorkCompletion) (int, error) {
 		if err := ctx.Err(); err != nil {
 			return 0, err
 		}
+		cq.sleeping()
 		cq.r.Wait(100 * time.Millisecond)
 	}
 }

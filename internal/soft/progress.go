@@ -13,6 +13,9 @@ package soft
 // do; it may complete work requests of any CQ.
 type Progresser interface {
 	Progress(cq *CQ)
+	// Sleep says that a waiter on cq is about to sleep (CQ.Wait found it
+	// empty): until the next poll, progress is up to the transport.
+	Sleep(cq *CQ)
 }
 
 // progresser is the context's transport as a Progresser, or nil.
@@ -25,6 +28,13 @@ func progresser(c *Context) Progresser {
 func (cq *CQ) progress() {
 	if cq.prog != nil && cq.r.Empty() {
 		cq.prog.Progress(cq)
+	}
+}
+
+// sleeping tells the transport that a waiter is about to sleep.
+func (cq *CQ) sleeping() {
+	if cq.prog != nil {
+		cq.prog.Sleep(cq)
 	}
 }
 

@@ -138,6 +138,11 @@ type link struct {
 	// polled counts the application's polls of this link's CQs (poll);
 	// the reader does not busy-poll while it moves.
 	polled atomic.Uint64
+	// appAsleep: a waiter on the link's CQs went to sleep (Sleep); polls
+	// clear it.
+	appAsleep atomic.Bool
+	rwake     chan struct{} // wakes the reader from its sleep in await
+	rtimer    *time.Timer   // the reader's sleep in await
 
 	// rmu is the read side: the fields below belong to whoever holds it.
 	// The link goroutine holds it from its start, and lets go of it only
@@ -145,19 +150,20 @@ type link struct {
 	// exited (rdone); an application goroutine polling an empty CQ takes
 	// it meanwhile with TryLock and handles what has arrived (poll.go).
 	rmu        sync.Mutex
-	rdone      bool   // the link goroutine has exited: nothing more is read
-	perr       error  // a poller's handling ended the link: the reader exits with it
-	kicked     bool   // a poller set a read deadline to wake the reader
-	lastPolled uint64 // polled when the reader last went idle
+	rdone      bool      // the link goroutine has exited: nothing more is read
+	perr       error     // a poller's handling ended the link: the reader exits with it
+	kicked     bool      // a poller set a read deadline to wake the reader
+	lastPolled uint64    // polled when the reader last went idle
+	appSeen    time.Time // when the reader last saw polled move
 	resp       *rcproto.Responder
-	rbuf    []byte
-	rpos    int
-	rend    int
-	dropAll bool         // the QP left RTR/RTS: drop every request
-	stall   bool         // maxQueuedResp responses queued: wait for the peer to read
-	keys    keytab.Cache // last rkey resolved
-	rdMem   []byte       // data of the READ_RESP the responder queued last
-	rdPin   keytab.Pin   // and its key's pin
+	rbuf       []byte
+	rpos       int
+	rend       int
+	dropAll    bool         // the QP left RTR/RTS: drop every request
+	stall      bool         // maxQueuedResp responses queued: wait for the peer to read
+	keys       keytab.Cache // last rkey resolved
+	rdMem      []byte       // data of the READ_RESP the responder queued last
+	rdPin      keytab.Pin   // and its key's pin
 	// pinned non-blocking read (readPinned, rawReadPinned)
 	ptab      keytab.Table
 	pin       keytab.Pin
@@ -186,6 +192,8 @@ func newLink(d *qpDriver, peer qpAddr, ip net.IP, dialer bool, rqpsn psn, maxDes
 		stop:     make(chan struct{}),
 		incoming: make(chan *net.TCPConn, 1),
 		wake:     make(chan struct{}, 1),
+		rwake:    make(chan struct{}, 1),
+		rtimer:   time.NewTimer(time.Hour),
 		epoch:    time.Now(),
 		resp:     rcproto.NewResponder(rcproto.RespConfig{FirstPSN: rqpsn, MaxDestRdAtomic: maxDestRd}),
 		busyPoll: d.cd.busyPoll,
@@ -198,6 +206,7 @@ func newLink(d *qpDriver, peer qpAddr, ip net.IP, dialer bool, rqpsn psn, maxDes
 	l.readPinFn = l.rawReadPinned
 	l.timer = time.AfterFunc(time.Hour, l.onTimer)
 	l.timer.Stop()
+	l.rtimer.Stop()
 	l.out.init()
 	return l
 }
@@ -217,6 +226,7 @@ func (l *link) stopLocked() {
 	l.timer.Stop()
 	l.armedAt = 0
 	l.cond.Broadcast()
+	l.wakeReader()
 }
 
 // wait waits until the link's goroutines have exited and nobody writes.

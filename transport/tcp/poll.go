@@ -29,6 +29,7 @@ package tcp
 
 import (
 	"os"
+	"sync/atomic"
 	"time"
 
 	"github.com/rdmakit/rdmakit/internal/soft"
@@ -71,7 +72,15 @@ func (cd *ctxDriver) addPoller(l *link) {
 	cd.pollers.Store(&ls)
 }
 
+var dbgErr atomic.Int64
+var dbgFirst, dbgLocked, dbgPolls, dbgActive atomic.Int64
+var dbgPoll, dbgReader, dbgWait, dbgSpinHit atomic.Int64
+
 func (cd *ctxDriver) removePoller(l *link) {
+	if os.Getenv("TCPDBG") != "" {
+		println("first", dbgFirst.Load(), "locked", dbgLocked.Load(), "polls", dbgPolls.Load(), "active", dbgActive.Load())
+		println("poll", dbgPoll.Load(), "reader", dbgReader.Load(), "wait", dbgWait.Load(), "spinhit", dbgSpinHit.Load())
+	}
 	cd.mu.Lock()
 	defer cd.mu.Unlock()
 	p := cd.pollers.Load()
@@ -90,9 +99,14 @@ func (cd *ctxDriver) removePoller(l *link) {
 // poll is one poller's attempt on the link (an application goroutine).
 func (l *link) poll() {
 	l.polled.Add(1)
+	if l.appAsleep.Load() {
+		l.appAsleep.Store(false)
+	}
+	dbgPolls.Add(1)
 	if !l.rmu.TryLock() {
 		return // the link goroutine is at work
 	}
+	dbgLocked.Add(1)
 	if !l.rdone && l.perr == nil {
 		l.pump()
 	}
@@ -119,6 +133,7 @@ func (l *link) pump() {
 			break
 		}
 		if whole {
+			dbgPoll.Add(1)
 			if err := l.handleFrame(&f); err != nil {
 				l.perr = err
 				l.kickLocked()
@@ -169,6 +184,12 @@ func (l *link) pollRead() bool {
 	}
 	n, err := l.tryRead(l.rbuf[l.rend:min(len(l.rbuf), l.rend+pollReadMax)])
 	if err != nil {
+		if err != sys.ErrAgain {
+			dbgErr.Add(1)
+			if dbgErr.Load() < 3 {
+				println("pollRead", err.Error())
+			}
+		}
 		return false
 	}
 	l.rend += n
@@ -185,9 +206,11 @@ func (l *link) kickLocked() {
 	}
 	l.kicked = true
 	l.conn.SetReadDeadline(aLongTimeAgo)
+	l.wakeReader()
 }
 
 var aLongTimeAgo = time.Unix(1, 0)
+
 
 // idle is the link goroutine between frames with less than a header
 // buffered (rmu held): it reads what is there, or else writes what it
@@ -201,11 +224,15 @@ func (l *link) idle() error {
 		l.rpos = 0
 	}
 	n, err := l.tryRead(l.rbuf[l.rend:])
+	if err == nil {
+		dbgFirst.Add(1)
+	}
 	if err == sys.ErrAgain {
 		l.flushOwed()
 		n, err = l.idleSpin()
 	}
 	if err == nil {
+		dbgSpinHit.Add(1)
 		l.rend += n
 		l.owedBytes += n
 		l.progress.Add(1)
@@ -215,8 +242,8 @@ func (l *link) idle() error {
 		return err
 	}
 	l.rmu.Unlock()
-	err = l.raw.Read(l.waitFn)
-	l.rmu.Lock()
+	dbgWait.Add(1)
+	err = l.await()
 	if l.kicked {
 		l.kicked = false
 		if err := l.conn.SetReadDeadline(time.Time{}); err != nil {
@@ -233,19 +260,94 @@ func (l *link) idle() error {
 // polled since the reader was last idle or does meanwhile: then it is the
 // one to find the input, and a second spinning thread only takes its CPU.
 func (l *link) idleSpin() (int, error) {
-	p := l.polled.Load()
-	active := p != l.lastPolled
-	l.lastPolled = p
-	if l.busyPoll == 0 || active {
+	if l.busyPoll == 0 || l.appActive() {
+		dbgActive.Add(1)
 		return 0, sys.ErrAgain
 	}
+	p := l.polled.Load()
 	n, err := 0, error(sys.ErrAgain)
 	if spinning.Add(1) <= maxSpinning {
 		n, err = l.spin(l.rbuf[l.rend:], &p)
 	}
 	spinning.Add(-1)
-	l.lastPolled = l.polled.Load()
 	return n, err
+}
+
+// appActive reports whether the application polls this link's CQs: it
+// did since the reader last looked, or within appLease of then, and has
+// not gone to sleep in CQ.Wait since (Sleep).
+func (l *link) appActive() bool {
+	if l.busyPoll == 0 || l.appAsleep.Load() {
+		return false
+	}
+	if p := l.polled.Load(); p != l.lastPolled {
+		l.lastPolled = p
+		l.appSeen = time.Now()
+		return true
+	}
+	return time.Since(l.appSeen) < appLease
+}
+
+// appLease is how long after the reader last saw the application poll it
+// leaves the socket to the application's polls. A thread the operating
+// system preempts polls nothing for a while, which must not look like an
+// application that stopped; one that goes to sleep in CQ.Wait says so
+// (Sleep); one that stops polling otherwise (it spins on memory, say) has
+// its input read by the reader again within about two leases.
+const appLease = 200 * time.Microsecond
+
+// await waits, without rmu, until there may be work for the link
+// goroutine, and takes rmu again. While the application polls, it sleeps
+// (appLease at a time, or until Sleep or a kick wakes it) and leaves the
+// socket alone: a reader waiting in the network poller would be woken by
+// every message and would take the CPU from the very thread that polls.
+// Otherwise it waits until the socket is readable.
+func (l *link) await() error {
+	for {
+		if l.appActive() {
+			l.rtimer.Reset(appLease)
+			select {
+			case <-l.rwake:
+			case <-l.rtimer.C:
+			}
+			l.rtimer.Stop()
+		} else if err := l.raw.Read(l.waitFn); err != nil && !os.IsTimeout(err) {
+			l.rmu.Lock()
+			return err // closed
+		}
+		if l.rmu.TryLock() {
+			return nil
+		}
+		// A poller has the read side (so the application polls again):
+		// it reads what there is and does not wait for us.
+	}
+}
+
+// Sleep is soft.Progresser: a waiter on cq is about to sleep in CQ.Wait,
+// so progress is up to the readers again. It wakes those that leave the
+// socket to the application's polls.
+func (cd *ctxDriver) Sleep(cq *soft.CQ) {
+	if cd.busyPoll == 0 {
+		return
+	}
+	ls := cd.pollers.Load()
+	if ls == nil {
+		return
+	}
+	for _, l := range *ls {
+		if s, r := l.qp.CQs(); s == cq || r == cq {
+			l.appAsleep.Store(true)
+			l.wakeReader()
+		}
+	}
+}
+
+// wakeReader wakes the reader from a sleep in await.
+func (l *link) wakeReader() {
+	select {
+	case l.rwake <- struct{}{}:
+	default:
+	}
 }
 
 // rawWait is the syscall.RawConn Read callback of idle: true once a read
