@@ -29,7 +29,6 @@ package tcp
 
 import (
 	"os"
-	"sync/atomic"
 	"time"
 
 	"github.com/rdmakit/rdmakit/internal/soft"
@@ -52,10 +51,14 @@ func (cd *ctxDriver) Progress(cq *soft.CQ) {
 	if ls == nil {
 		return
 	}
+	idle := false
 	for _, l := range *ls {
 		if s, r := l.qp.CQs(); s == cq || r == cq {
-			l.poll()
+			idle = !l.poll() || idle
 		}
+	}
+	if idle {
+		sys.Yield()
 	}
 }
 
@@ -72,15 +75,7 @@ func (cd *ctxDriver) addPoller(l *link) {
 	cd.pollers.Store(&ls)
 }
 
-var dbgErr atomic.Int64
-var dbgFirst, dbgLocked, dbgPolls, dbgActive atomic.Int64
-var dbgPoll, dbgReader, dbgWait, dbgSpinHit atomic.Int64
-
 func (cd *ctxDriver) removePoller(l *link) {
-	if os.Getenv("TCPDBG") != "" {
-		println("first", dbgFirst.Load(), "locked", dbgLocked.Load(), "polls", dbgPolls.Load(), "active", dbgActive.Load())
-		println("poll", dbgPoll.Load(), "reader", dbgReader.Load(), "wait", dbgWait.Load(), "spinhit", dbgSpinHit.Load())
-	}
 	cd.mu.Lock()
 	defer cd.mu.Unlock()
 	p := cd.pollers.Load()
@@ -97,31 +92,30 @@ func (cd *ctxDriver) removePoller(l *link) {
 }
 
 // poll is one poller's attempt on the link (an application goroutine).
-func (l *link) poll() {
+func (l *link) poll() (busy bool) {
 	l.polled.Add(1)
 	if l.appAsleep.Load() {
 		l.appAsleep.Store(false)
 	}
-	dbgPolls.Add(1)
 	if !l.rmu.TryLock() {
-		return // the link goroutine is at work
+		return true // the link goroutine is at work
 	}
-	dbgLocked.Add(1)
 	if !l.rdone && l.perr == nil {
-		l.pump()
+		busy = l.pump()
 	}
 	l.rmu.Unlock()
+	return busy
 }
 
 // pump handles the whole frames in the buffer, reading what has arrived
 // (twice at most), and writes what it owes. rmu is held.
-func (l *link) pump() {
+func (l *link) pump() (busy bool) {
 	var f frame
 	reads := 0
 	for {
 		if l.stall {
 			l.kickLocked() // awaitOutput blocks: the link goroutine's
-			break
+			return true
 		}
 		if l.owedFrames >= flushFrames || l.owedBytes >= flushBytes {
 			l.flushOwed()
@@ -130,14 +124,13 @@ func (l *link) pump() {
 		if err != nil {
 			l.perr = l.protocolError(err)
 			l.kickLocked()
-			break
+			return true
 		}
 		if whole {
-			dbgPoll.Add(1)
 			if err := l.handleFrame(&f); err != nil {
 				l.perr = err
 				l.kickLocked()
-				break
+				return true
 			}
 			continue
 		}
@@ -147,6 +140,7 @@ func (l *link) pump() {
 		reads++
 	}
 	l.flushOwed()
+	return reads > 0
 }
 
 // buffered reports whether the buffer holds the next frame whole (its
@@ -182,14 +176,11 @@ func (l *link) pollRead() bool {
 		l.rend -= l.rpos
 		l.rpos = 0
 	}
+	if l.rend == len(l.rbuf) {
+		return false
+	}
 	n, err := l.tryRead(l.rbuf[l.rend:min(len(l.rbuf), l.rend+pollReadMax)])
 	if err != nil {
-		if err != sys.ErrAgain {
-			dbgErr.Add(1)
-			if dbgErr.Load() < 3 {
-				println("pollRead", err.Error())
-			}
-		}
 		return false
 	}
 	l.rend += n
@@ -224,15 +215,11 @@ func (l *link) idle() error {
 		l.rpos = 0
 	}
 	n, err := l.tryRead(l.rbuf[l.rend:])
-	if err == nil {
-		dbgFirst.Add(1)
-	}
 	if err == sys.ErrAgain {
 		l.flushOwed()
 		n, err = l.idleSpin()
 	}
 	if err == nil {
-		dbgSpinHit.Add(1)
 		l.rend += n
 		l.owedBytes += n
 		l.progress.Add(1)
@@ -242,18 +229,14 @@ func (l *link) idle() error {
 		return err
 	}
 	l.rmu.Unlock()
-	dbgWait.Add(1)
-	err = l.await()
+	if err := l.await(); err != nil {
+		return err
+	}
 	if l.kicked {
 		l.kicked = false
-		if err := l.conn.SetReadDeadline(time.Time{}); err != nil {
-			return err
-		}
-		if os.IsTimeout(err) {
-			err = nil
-		}
+		return l.conn.SetReadDeadline(time.Time{})
 	}
-	return err
+	return nil
 }
 
 // idleSpin busy-polls for input between frames, unless the application
@@ -261,7 +244,6 @@ func (l *link) idle() error {
 // one to find the input, and a second spinning thread only takes its CPU.
 func (l *link) idleSpin() (int, error) {
 	if l.busyPoll == 0 || l.appActive() {
-		dbgActive.Add(1)
 		return 0, sys.ErrAgain
 	}
 	p := l.polled.Load()

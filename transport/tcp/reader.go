@@ -57,7 +57,6 @@ func (l *link) readLoop() error {
 			return l.protocolError(err)
 		}
 		h.decode(&f)
-		dbgReader.Add(1)
 		if err := l.handleFrame(&f); err != nil {
 			return err
 		}
