@@ -154,6 +154,7 @@ type link struct {
 	perr       error     // a poller's handling ended the link: the reader exits with it
 	kicked     bool      // a poller set a read deadline to wake the reader
 	lastPolled uint64    // polled when the reader last went idle
+	pollFrames uint64    // frames handled by pollers
 	appSeen    time.Time // when the reader last saw polled move
 	resp       *rcproto.Responder
 	rbuf       []byte

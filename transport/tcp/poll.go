@@ -127,6 +127,7 @@ func (l *link) pump() (busy bool) {
 			return true
 		}
 		if whole {
+			l.pollFrames++
 			if err := l.handleFrame(&f); err != nil {
 				l.perr = err
 				l.kickLocked()
@@ -202,7 +203,6 @@ func (l *link) kickLocked() {
 
 var aLongTimeAgo = time.Unix(1, 0)
 
-
 // idle is the link goroutine between frames with less than a header
 // buffered (rmu held): it reads what is there, or else writes what it
 // owes, busy-polls (Options.TCPBusyPoll) unless the application polls,
@@ -259,6 +259,9 @@ func (l *link) idleSpin() (int, error) {
 // did since the reader last looked, or within appLease of then, and has
 // not gone to sleep in CQ.Wait since (Sleep).
 func (l *link) appActive() bool {
+	if pollersOnly {
+		return true
+	}
 	if l.busyPoll == 0 || l.appAsleep.Load() {
 		return false
 	}
@@ -278,6 +281,10 @@ func (l *link) appActive() bool {
 // its input read by the reader again within about two leases.
 const appLease = 200 * time.Microsecond
 
+// pollersOnly makes readers leave all input between frames to pollers
+// (they wake for kicks and Close only). For tests.
+var pollersOnly = false
+
 // await waits, without rmu, until there may be work for the link
 // goroutine, and takes rmu again. While the application polls, it sleeps
 // (appLease at a time, or until Sleep or a kick wakes it) and leaves the
@@ -291,6 +298,9 @@ func (l *link) await() error {
 			select {
 			case <-l.rwake:
 			case <-l.rtimer.C:
+				if pollersOnly {
+					continue
+				}
 			}
 			l.rtimer.Stop()
 		} else if err := l.raw.Read(l.waitFn); err != nil && !os.IsTimeout(err) {
