@@ -141,8 +141,11 @@ type link struct {
 	// appAsleep: a waiter on the link's CQs went to sleep (Sleep); polls
 	// clear it.
 	appAsleep atomic.Bool
-	rwake     chan struct{} // wakes the reader from its sleep in await
-	rtimer    *time.Timer   // the reader's sleep in await
+	// handover: a poller kicked the reader (kickLocked); pollers keep off
+	// until the reader has taken the read side.
+	handover atomic.Bool
+	rwake    chan struct{} // wakes the reader from its sleep in await
+	rtimer   *time.Timer   // the reader's sleep in await
 
 	// rmu is the read side: the fields below belong to whoever holds it.
 	// The link goroutine holds it from its start, and lets go of it only

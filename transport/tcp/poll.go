@@ -97,8 +97,8 @@ func (l *link) poll() (busy bool) {
 	if l.appAsleep.Load() {
 		l.appAsleep.Store(false)
 	}
-	if !l.rmu.TryLock() {
-		return true // the link goroutine is at work
+	if l.handover.Load() || !l.rmu.TryLock() {
+		return true // the link goroutine is at work, or about to be
 	}
 	if !l.rdone && l.perr == nil {
 		busy = l.pump()
@@ -126,6 +126,10 @@ func (l *link) pump() (busy bool) {
 			l.kickLocked()
 			return true
 		}
+		if big {
+			l.kickLocked() // the link goroutine reads it into place
+			return true
+		}
 		if whole {
 			l.pollFrames++
 			if err := l.handleFrame(&f); err != nil {
@@ -135,7 +139,7 @@ func (l *link) pump() (busy bool) {
 			}
 			continue
 		}
-		if big || reads == 2 || !l.pollRead() {
+		if reads == 2 || !l.pollRead() {
 			break
 		}
 		reads++
@@ -190,13 +194,18 @@ func (l *link) pollRead() bool {
 	return true
 }
 
-// kickLocked wakes the link goroutine from its wait for input (rmu held):
-// a poller left it work that no input may announce.
+// kickLocked hands the read side to the link goroutine (rmu held): a
+// poller leaves it work that it must do at once, which no input may
+// announce (the output stall, the end of the link) or which is its alone
+// (a payload to read straight into place). The link goroutine is woken
+// from either of its waits: a read deadline in the past ends a wait for
+// input, rwake a sleep; pollers keep off until it has taken over.
 func (l *link) kickLocked() {
 	if l.kicked {
 		return
 	}
 	l.kicked = true
+	l.handover.Store(true)
 	l.conn.SetReadDeadline(aLongTimeAgo)
 	l.wakeReader()
 }
@@ -234,6 +243,7 @@ func (l *link) idle() error {
 	}
 	if l.kicked {
 		l.kicked = false
+		l.handover.Store(false)
 		return l.conn.SetReadDeadline(time.Time{})
 	}
 	return nil
@@ -293,6 +303,10 @@ var pollersOnly = false
 // Otherwise it waits until the socket is readable.
 func (l *link) await() error {
 	for {
+		if l.handover.Load() {
+			l.rmu.Lock() // the kicking poller lets go at once; others keep off
+			return nil
+		}
 		if l.appActive() {
 			l.rtimer.Reset(appLease)
 			select {
@@ -306,6 +320,9 @@ func (l *link) await() error {
 		} else if err := l.raw.Read(l.waitFn); err != nil && !os.IsTimeout(err) {
 			l.rmu.Lock()
 			return err // closed
+		}
+		if l.handover.Load() {
+			continue
 		}
 		if l.rmu.TryLock() {
 			return nil
