@@ -23,3 +23,12 @@ func Readable(fd int) bool {
 		return e != unix.EAGAIN
 	}
 }
+
+// SetRcvLowat sets the socket's SO_RCVLOWAT: how many bytes must be
+// waiting before the socket counts as readable for poll and epoll (and
+// before the kernel wakes a waiter). Non-blocking reads return what is
+// there whatever it is. Linux caps large values (at half the largest
+// receive buffer).
+func SetRcvLowat(fd, n int) error {
+	return unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVLOWAT, n)
+}

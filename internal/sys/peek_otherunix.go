@@ -17,3 +17,7 @@ func Readable(fd int) bool {
 		return err != unix.EAGAIN
 	}
 }
+
+// SetRcvLowat does nothing here (only Linux is known to leave
+// non-blocking reads alone under a large SO_RCVLOWAT).
+func SetRcvLowat(fd, n int) error { return nil }

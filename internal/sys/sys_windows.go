@@ -110,3 +110,6 @@ func ProcessCPUTime() (time.Duration, error) {
 // Readable is not supported on Windows: it reports true (a caller then
 // reads, which fails).
 func Readable(fd int) bool { return true }
+
+// SetRcvLowat does nothing on Windows.
+func SetRcvLowat(fd, n int) error { return nil }

@@ -103,8 +103,12 @@ type link struct {
 	writeFn  func(fd uintptr) bool
 	readFn   func(fd uintptr)
 	waitFn   func(fd uintptr) bool
-	busyPoll time.Duration // the reader's spin before it sleeps (0: none)
-	progress atomic.Uint64 // bytes moved either way, responses seen
+	// the reader's SO_RCVLOWAT (setLowat; the link goroutine only)
+	lowatHigh   bool
+	lowatHighFn func(fd uintptr)
+	lowatLowFn  func(fd uintptr)
+	busyPoll    time.Duration // the reader's spin before it sleeps (0: none)
+	progress    atomic.Uint64 // bytes moved either way, responses seen
 	// rdHeld counts READ and atomic responses queued and not yet taken
 	// into a batch: the responder engine counts them against
 	// max_dest_rd_atomic. Written under d.mu, read by the reader.
@@ -207,6 +211,7 @@ func newLink(d *qpDriver, peer qpAddr, ip net.IP, dialer bool, rqpsn psn, maxDes
 	l.writeFn = l.rawWrite
 	l.readFn = l.rawRead
 	l.waitFn = l.rawWait
+	l.lowatHighFn, l.lowatLowFn = l.rawLowatHigh, l.rawLowatLow
 	l.readPinFn = l.rawReadPinned
 	l.timer = time.AfterFunc(time.Hour, l.onTimer)
 	l.timer.Stop()

@@ -182,6 +182,7 @@ func (l *link) read(b []byte) (int, error) {
 			return n, err
 		}
 	}
+	l.setLowat(false)
 	return l.conn.Read(b)
 }
 
@@ -298,6 +299,7 @@ func (l *link) readPinned(dst []byte, tab keytab.Table, pin keytab.Pin) (int, er
 // read_bw 64 KiB measured 0.6-0.7x with the spin on a 2-core host); one
 // wake-up is cheap against a large read.
 func (l *link) readDirectPinned(seg []byte, tab keytab.Table, pin keytab.Pin) (int, error) {
+	l.setLowat(false)
 	l.tryBuf, l.ptab, l.pin = seg, tab, pin
 	defer func() { l.tryBuf, l.ptab, l.pin = nil, keytab.Table{}, keytab.Pin{} }()
 	for wait := false; ; wait = true {
