@@ -58,7 +58,10 @@ func (cd *ctxDriver) Progress(cq *soft.CQ) {
 			idle = !l.poll() || idle
 		}
 	}
-	if idle && !noYield {
+	if idle {
+		// As the reader's busy poll does (reader.go): on a host with
+		// more busy threads than cores, the one this poll waits for may
+		// need this CPU.
 		sys.Yield()
 	}
 }
@@ -145,8 +148,38 @@ func (l *link) pump() (busy bool) {
 		}
 		reads++
 	}
-	l.flushOwed()
+	if !l.deferAck() {
+		l.flushOwed()
+	}
 	return reads > 0
+}
+
+// deferAck decides whether a poller may leave the ACK it owes for the
+// next write instead of writing it alone (rmu held): when an ACK is all
+// it owes, the ACK goes into the output queue, where the application's
+// next post takes it along (PostSend's writev carries both, one system
+// call instead of two: a ping-pong answers every message). Once only: the
+// next poller writes it whatever happens, and so does the reader when it
+// next goes idle (within about two appLease when nobody polls any more).
+func (l *link) deferAck() bool {
+	if l.ackDeferred {
+		return false
+	}
+	r := l.resp
+	if !r.Pending(true) || r.Pending(false) {
+		return false // nothing owed, or more than an ACK
+	}
+	d := l.d
+	d.mu.Lock()
+	only := l.out.queuedLocked() == 0 && (l.req == nil || l.req.Unsent() == 0)
+	d.mu.Unlock()
+	if !only {
+		return false
+	}
+	l.drainResponses(true)
+	l.owedFrames, l.owedBytes = 0, 0
+	l.ackDeferred = true
+	return true
 }
 
 // buffered reports whether the buffer holds the next frame whole (its
@@ -211,8 +244,6 @@ func (l *link) kickLocked() {
 	l.wakeReader()
 }
 
-var noYield = os.Getenv("NOYIELD") != ""
-
 var aLongTimeAgo = time.Unix(1, 0)
 
 // idle is the link goroutine between frames with less than a header
@@ -262,6 +293,7 @@ func (l *link) idleSpin() (int, error) {
 	p := l.polled.Load()
 	n, err := 0, error(sys.ErrAgain)
 	if spinning.Add(1) <= maxSpinning {
+		l.setLowat(true) // the spin finds the input: no thread need wake for it
 		n, err = l.spin(l.rbuf[l.rend:], &p)
 	}
 	spinning.Add(-1)
