@@ -148,6 +148,9 @@ type link struct {
 	// handover: a poller kicked the reader (kickLocked); pollers keep off
 	// until the reader has taken the read side.
 	handover atomic.Bool
+	// leased: the reader sleeps in await while pollers read; it comes
+	// back within appLease (deferAck relies on it).
+	leased atomic.Bool
 	rwake    chan struct{} // wakes the reader from its sleep in await
 	rtimer   *time.Timer   // the reader's sleep in await
 

@@ -160,10 +160,10 @@ func (l *link) pump() (busy bool) {
 // next post takes it along (PostSend's writev carries both, one system
 // call instead of two: a ping-pong answers every message). Once only: the
 // next poller writes it whatever happens, and so does the reader when it
-// next goes idle (within about two appLease when nobody polls any more).
+// next goes idle: it sleeps (leased) and looks again within appLease.
 func (l *link) deferAck() bool {
-	if l.ackDeferred {
-		return false
+	if l.ackDeferred || !l.leased.Load() {
+		return false // deferred once, or the reader waits for input and would not write it
 	}
 	r := l.resp
 	if !r.Pending(true) || r.Pending(false) {
@@ -344,6 +344,7 @@ func (l *link) await() error {
 		}
 		if l.appActive() {
 			l.setLowat(true)
+			l.leased.Store(true)
 			l.rtimer.Reset(appLease)
 			select {
 			case <-l.rwake:
@@ -353,6 +354,7 @@ func (l *link) await() error {
 				}
 			}
 			l.rtimer.Stop()
+			l.leased.Store(false)
 		} else if err := l.waitInput(); err != nil && !os.IsTimeout(err) {
 			l.rmu.Lock()
 			return err // closed

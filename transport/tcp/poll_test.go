@@ -172,3 +172,34 @@ func TestPollerEndsLink(t *testing.T) {
 		t.Fatalf("connection not closed after a malformed frame: %v", err)
 	}
 }
+
+// An ACK a poller holds back for the application's next post still goes
+// out when the application posts nothing and stops polling: here the
+// reader waited for input (nobody had polled for a while) when the
+// application began to poll, so nothing but the poll itself may write it.
+func TestPollAckNotLost(t *testing.T) {
+	a, b := newPair(t, opts{timeout: 10, retry: 1})
+	wr := verbs.SendWR{Opcode: verbs.OpWrite, Flags: verbs.SendSignaled, SGL: sgl(a.mr, 0, 8),
+		RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}
+	mem := b.mr.Bytes()
+	for round := 1; round <= 20; round++ {
+		time.Sleep(2 * time.Millisecond) // b's reader goes back to waiting for input
+		done := make(chan struct{})
+		go func() {
+			// Poll until the write has landed, then stop: the poll that
+			// handled it is the last.
+			defer close(done)
+			for deadline := time.Now().Add(10 * time.Second); byte(sys.Load32(mem, 0)) != byte(round); {
+				b.rcq.Poll(b.wcs[:0])
+				if time.Now().After(deadline) {
+					return
+				}
+			}
+		}()
+		time.Sleep(200 * time.Microsecond)
+		a.mr.Bytes()[0] = byte(round)
+		a.post(wr)
+		<-done
+		expect(t, a.waitCQ(a.scq, 1, 10*time.Second)[0], verbs.StatusSuccess)
+	}
+}
