@@ -151,8 +151,8 @@ type link struct {
 	// leased: the reader sleeps in await while pollers read; it comes
 	// back within appLease (deferAck relies on it).
 	leased atomic.Bool
-	rwake    chan struct{} // wakes the reader from its sleep in await
-	rtimer   *time.Timer   // the reader's sleep in await
+	rwake  chan struct{} // wakes the reader from its sleep in await
+	rtimer *time.Timer   // the reader's sleep in await
 
 	// rmu is the read side: the fields below belong to whoever holds it.
 	// The link goroutine holds it from its start, and lets go of it only
