@@ -12,24 +12,31 @@ package tcp
 // wake-up per message, or two spinning threads per process).
 //
 // Ownership: rmu is held by the link goroutine from its start, except
-// while it waits for input between frames (idle). A poller handles only
-// frames that are whole in the buffer and never blocks; a frame still
-// arriving, or too large for the buffer, stays for the link goroutine,
-// which sees the rest arrive (it waits for the socket to become readable,
-// never for a poller). Work a poller must leave while input may not come
-// (the output stall, the end of the link) it hands over with a kick: a
-// read deadline in the past, set under rmu, which wakes the waiting link
-// goroutine; the link goroutine clears it under rmu before it reads. So
-// the socket is read by one goroutine at a time, and input that arrives
-// while nobody polls is always found by the link goroutine.
+// while it waits between frames (idle, await). A poller handles only
+// frames that are whole in its buffer and never blocks. What it must not
+// do it hands to the link goroutine with a kick (kickLocked): a payload
+// too large for its buffer (read straight into place), the output stall
+// (awaitOutput blocks), the end of the link (an error, a responder
+// failure that lingers). The kick sets handover, which keeps pollers off,
+// wakes the link goroutine from either of its waits (rwake ends a sleep,
+// a read deadline in the past a wait for input), and the link goroutine
+// clears both under rmu before it reads. So the socket is read by one
+// goroutine at a time.
 //
-// Whether the reader busy-polls (Options.TCPBusyPoll) follows the
-// application: while its polls arrive (polled moves), the reader parks at
-// once instead of spinning beside it.
+// While the application polls (polled moves, and it has not gone to sleep
+// in CQ.Wait: Sleep), the link goroutine sleeps, looking again every
+// appLease, and the socket's SO_RCVLOWAT is raised so that arriving data
+// wakes no thread (setLowat). Otherwise it busy-polls (Options.TCPBusyPoll)
+// and then waits until the socket is readable, SO_RCVLOWAT back at 1: input
+// that arrives while nobody polls is always found by the link goroutine,
+// at the latest about two appLease after the application's last poll.
+// An ACK a poller owes may wait for the application's next post (deferAck)
+// only while the link goroutine sleeps, since it writes it when it looks.
 
 import (
 	"math"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"github.com/rdmakit/rdmakit/internal/soft"
@@ -304,7 +311,7 @@ func (l *link) idleSpin() (int, error) {
 // did since the reader last looked, or within appLease of then, and has
 // not gone to sleep in CQ.Wait since (Sleep).
 func (l *link) appActive() bool {
-	if pollersOnly {
+	if pollersOnly.Load() {
 		return true
 	}
 	if l.busyPoll == 0 || l.appAsleep.Load() {
@@ -328,7 +335,7 @@ const appLease = 200 * time.Microsecond
 
 // pollersOnly makes readers leave all input between frames to pollers
 // (they wake for kicks and Close only). For tests.
-var pollersOnly = false
+var pollersOnly atomic.Bool
 
 // await waits, without rmu, until there may be work for the link
 // goroutine, and takes rmu again. While the application polls, it sleeps
@@ -349,7 +356,7 @@ func (l *link) await() error {
 			select {
 			case <-l.rwake:
 			case <-l.rtimer.C:
-				if pollersOnly {
+				if pollersOnly.Load() {
 					continue
 				}
 			}

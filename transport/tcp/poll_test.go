@@ -137,8 +137,8 @@ func TestPollHandoff(t *testing.T) {
 // A frame handled by a poller that ends the link (a malformed one) hands
 // the end to the reader: the QP fails and the connection closes.
 func TestPollerEndsLink(t *testing.T) {
-	pollersOnly = true
-	defer func() { pollersOnly = false }()
+	pollersOnly.Store(true)
+	defer pollersOnly.Store(false)
 	o := opts{}.withDefaults()
 	a := newEnd(t, openCtx(t), o, 0)
 	f := newFakePeer(t, 0)
