@@ -11,6 +11,27 @@ import (
 	"github.com/rdmakit/rdmakit/verbs"
 )
 
+// openBusy opens a tcp context with busy polling on (whatever
+// RDMAKIT_TCP_BUSY_POLL says), or off with bp < 0.
+func openBusy(t *testing.T, bp time.Duration) *verbs.Context {
+	t.Helper()
+	ctx, err := verbs.Open(deviceName, verbs.Options{TCPBusyPoll: bp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ctx.Close() })
+	return ctx
+}
+
+// busyPair is newPair with busy polling on.
+func busyPair(t *testing.T, o opts) (a, b *end) {
+	t.Helper()
+	o = o.withDefaults()
+	a, b = newEnd(t, openBusy(t, 50*time.Microsecond), o, 0), newEnd(t, openBusy(t, 50*time.Microsecond), o, 0)
+	connect(a, b, o)
+	return a, b
+}
+
 // pollFrames returns how many frames pollers handled on qp's link.
 func pollFrames(t *testing.T, qp *verbs.QP) uint64 {
 	t.Helper()
@@ -47,7 +68,7 @@ func spinCQ(t *testing.T, e *end, cq *verbs.CQ, n int) []verbs.WorkCompletion {
 // An application that polls handles its link's input itself; where
 // nobody polls, the reader does.
 func TestPollDrivesProgress(t *testing.T) {
-	a, b := newPair(t, opts{})
+	a, b := busyPair(t, opts{})
 	wr := verbs.SendWR{Opcode: verbs.OpWrite, Flags: verbs.SendSignaled, SGL: sgl(a.mr, 0, 8),
 		RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}
 	for i := range 500 {
@@ -69,15 +90,7 @@ func TestPollDrivesProgress(t *testing.T) {
 // With busy polling off, polls leave the socket to the reader.
 func TestPollOff(t *testing.T) {
 	o := opts{}.withDefaults()
-	open := func() *verbs.Context {
-		ctx, err := verbs.Open(deviceName, verbs.Options{TCPBusyPoll: -1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { ctx.Close() })
-		return ctx
-	}
-	a, b := newEnd(t, open(), o, 0), newEnd(t, open(), o, 0)
+	a, b := newEnd(t, openBusy(t, -1), o, 0), newEnd(t, openBusy(t, -1), o, 0)
 	connect(a, b, o)
 	wr := verbs.SendWR{Opcode: verbs.OpWrite, Flags: verbs.SendSignaled, SGL: sgl(a.mr, 0, 8),
 		RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}
@@ -94,7 +107,7 @@ func TestPollOff(t *testing.T) {
 // sleep in CQ.Wait, or it spins on memory instead (the peer's writes
 // still land).
 func TestPollHandoff(t *testing.T) {
-	a, b := newPair(t, opts{})
+	a, b := busyPair(t, opts{})
 	// b polls (its reader leaves the socket to it), then waits.
 	for round := range 20 {
 		b.postRecv(uint64(round), b.mr.SGE(0, 8))
@@ -140,7 +153,7 @@ func TestPollerEndsLink(t *testing.T) {
 	pollersOnly.Store(true)
 	defer pollersOnly.Store(false)
 	o := opts{}.withDefaults()
-	a := newEnd(t, openCtx(t), o, 0)
+	a := newEnd(t, openBusy(t, 50*time.Microsecond), o, 0)
 	f := newFakePeer(t, 0)
 	f.connectReal(a, o)
 	c := f.dialTo(a)
@@ -178,7 +191,7 @@ func TestPollerEndsLink(t *testing.T) {
 // reader waited for input (nobody had polled for a while) when the
 // application began to poll, so nothing but the poll itself may write it.
 func TestPollAckNotLost(t *testing.T) {
-	a, b := newPair(t, opts{timeout: 10, retry: 1})
+	a, b := busyPair(t, opts{timeout: 10, retry: 1})
 	wr := verbs.SendWR{Opcode: verbs.OpWrite, Flags: verbs.SendSignaled, SGL: sgl(a.mr, 0, 8),
 		RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}
 	mem := b.mr.Bytes()
