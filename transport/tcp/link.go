@@ -46,8 +46,10 @@ import (
 )
 
 const (
-	// readBufSize is the reader's buffer for headers and small payloads.
-	readBufSize = 64 << 10
+	// readBufSize is the reader's buffer for headers and small payloads;
+	// a poller handles frames that fit in it whole (poll.go): a 64 KiB
+	// payload with its header and trailer, and the next header.
+	readBufSize = 64<<10 + 4<<10
 	// directRead is the payload size from which the reader reads straight
 	// into the destination instead of through its buffer.
 	directRead = 8 << 10

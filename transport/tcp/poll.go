@@ -43,10 +43,12 @@ import (
 	"github.com/rdmakit/rdmakit/internal/sys"
 )
 
-// pollReadMax bounds a poller's read: enough for a frame with a payload
-// below directRead, whose data goes through the buffer anyway; larger
-// payloads are the link goroutine's to read straight into place.
-const pollReadMax = directRead + headerLen + trailerLen
+// A poller handles a frame only once it is whole in the link's buffer
+// (readBufSize: a 64 KiB payload with its header and trailer fits); a
+// larger one is the link goroutine's, which reads its payload straight
+// into place. Payloads a poller handles are copied once more (socket to
+// buffer to memory), which costs less than waking the link goroutine
+// (write_lat 64 KiB).
 
 // Progress is soft.Progresser: cq was found empty by a poll. Links whose
 // QP completes into cq make what progress they can. It does nothing when
@@ -210,14 +212,16 @@ func (l *link) buffered(f *frame) (whole, big bool, err error) {
 			need += trailerLen
 		}
 	}
-	return need <= have, need > have && need > pollReadMax, nil
+	return need <= have, need > len(l.rbuf), nil
 }
 
 // pollRead is a poller's non-blocking read into the buffer; false when
 // nothing came (an error or the end of the stream is left to the link
 // goroutine, which finds the socket readable).
 func (l *link) pollRead() bool {
-	if l.rpos > 0 && len(l.rbuf)-l.rend < pollReadMax {
+	if l.rpos > 0 && len(l.rbuf)-l.rend < len(l.rbuf)/2 {
+		// Room for the frame in progress (it fits whole in the buffer,
+		// buffered) and what follows.
 		copy(l.rbuf, l.rbuf[l.rpos:l.rend])
 		l.rend -= l.rpos
 		l.rpos = 0
@@ -225,7 +229,7 @@ func (l *link) pollRead() bool {
 	if l.rend == len(l.rbuf) {
 		return false
 	}
-	n, err := l.tryRead(l.rbuf[l.rend:min(len(l.rbuf), l.rend+pollReadMax)])
+	n, err := l.tryRead(l.rbuf[l.rend:])
 	if err != nil {
 		return false
 	}
