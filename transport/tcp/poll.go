@@ -376,8 +376,14 @@ func (l *link) await() error {
 		if l.rmu.TryLock() {
 			return nil
 		}
-		// A poller has the read side (so the application polls again):
-		// it reads what there is and does not wait for us.
+		// A poller has the read side: it reads what there is and does
+		// not wait for us. While the application polls, sleep on; else
+		// take over once the poller is done (idle then writes what it
+		// may have left owed, deferAck) rather than wait for input.
+		if !l.appActive() {
+			l.rmu.Lock()
+			return nil
+		}
 	}
 }
 
