@@ -109,3 +109,10 @@ func ProcessCPUTime() (time.Duration, error) {
 	ticks := func(f syscall.Filetime) int64 { return int64(f.HighDateTime)<<32 | int64(f.LowDateTime) }
 	return time.Duration(ticks(kernel)+ticks(user)) * 100, nil
 }
+
+// Readable is not supported on Windows: it reports true (a caller then
+// reads, which fails).
+func Readable(fd int) bool { return true }
+
+// SetRcvLowat does nothing on Windows.
+func SetRcvLowat(fd, n int) error { return nil }

@@ -193,3 +193,36 @@ func cpuTime() time.Duration {
 // BenchmarkVerbs is the benchmark set every transport runs (latency in
 // usec with perftest's definitions, bandwidth in MB/s).
 func BenchmarkVerbs(b *testing.B) { perftest.Bench(b, "tcp0") }
+
+// BenchmarkEmptyPoll is what a poll of an empty CQ of a connected QP
+// costs, with busy polling on (a non-blocking read and a sched_yield:
+// poll.go) and off (the ring check alone).
+func BenchmarkEmptyPoll(b *testing.B) {
+	for _, bp := range []time.Duration{0, -1} {
+		name := "on"
+		if bp < 0 {
+			name = "off"
+		}
+		b.Run(name, func(b *testing.B) {
+			o := opts{}.withDefaults()
+			open := func() *verbs.Context {
+				ctx, err := verbs.Open(deviceName, verbs.Options{TCPBusyPoll: bp})
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.Cleanup(func() { ctx.Close() })
+				return ctx
+			}
+			x, y := newEnd(b, open(), o, 0), newEnd(b, open(), o, 0)
+			connect(x, y, o)
+			linkConn(b, x.qp)
+			wcs := make([]verbs.WorkCompletion, 1)
+			b.ResetTimer()
+			for range b.N {
+				if n, _ := x.rcq.Poll(wcs); n != 0 {
+					b.Fatal("a completion")
+				}
+			}
+		})
+	}
+}

@@ -105,11 +105,32 @@
 // otherwise. Nothing allocates per operation in the steady state, and no
 // goroutine is woken per operation besides the reader. TCP_NODELAY is set.
 //
-// Latency is mostly Go's network poller: a goroutine that waits for
-// completions by spinning (Poll and runtime.Gosched) keeps a P busy and
-// delays the reader's wakeups; one that sleeps between polls, or blocks in
-// CQ.Wait, does not.
+// Progress from polls (poll.go). With busy polling on (Options.TCPBusyPoll,
+// RDMAKIT_TCP_BUSY_POLL; on by default), an application goroutine that
+// polls an empty CQ (CQ.Poll, or CQ.Wait before it sleeps) does the
+// reader's work itself: it reads what has arrived on the sockets of the
+// QPs completing into that CQ (non-blocking), handles every whole frame,
+// produces the completions, and writes what that owes; the completion is
+// in the same Poll's result. Meanwhile the reader sleeps (it looks again
+// every 200 µs, and at once when the application sleeps in CQ.Wait) and
+// the socket's SO_RCVLOWAT is raised, so that arriving data wakes no
+// thread of the process: one busy thread per process does all the work.
+// The read side has one owner at a time (a mutex the reader gives up only
+// between frames, and pollers take with TryLock); a poller hands over to
+// the reader what it must not do (a payload too large for its buffer, the
+// output stall, the end of the link). An ACK a poller owes waits for the
+// application's next post, which carries it in its writev, or for the
+// next poll or the reader's next look (200 µs at most), whichever is
+// first. A poll that reads nothing yields the CPU (sched_yield), as the
+// reader's busy poll does: on a host with more busy threads than cores
+// the thread it waits for may need it.
 //
+// When nobody polls, the reader busy-polls its socket for up to
+// TCPBusyPoll (SO_RCVLOWAT raised too) and then parks in Go's network
+// poller. An application that waits for completions by spinning on
+// memory alone (never polling a CQ) gets the reader's service; one that
+// polls and then turns to memory may wait up to about two 200 µs looks
+// for the next message.
 // The nonces in the addresses double as a weak credential: a connection is
 // only routed to a QP by a hello that names both QP numbers and both
 // nonces. The transport does not encrypt or authenticate beyond that.

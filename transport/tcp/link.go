@@ -46,8 +46,10 @@ import (
 )
 
 const (
-	// readBufSize is the reader's buffer for headers and small payloads.
-	readBufSize = 64 << 10
+	// readBufSize is the reader's buffer for headers and small payloads;
+	// a poller handles frames that fit in it whole (poll.go): a 64 KiB
+	// payload with its header and trailer, and the next header.
+	readBufSize = 64<<10 + 4<<10
 	// directRead is the payload size from which the reader reads straight
 	// into the destination instead of through its buffer.
 	directRead = 8 << 10
@@ -70,6 +72,9 @@ var (
 	errProtocol  = errors.New("tcp: protocol violation by the peer")
 	errBadAccept = errors.New("tcp: unexpected connection accept")
 	errStalled   = errors.New("tcp: the peer does not read its responses")
+	// errLinger: the responder failed; the link goroutine closes the
+	// connection in order (linger) before it exits.
+	errLinger = errors.New("tcp: responder failed")
 	// errDeregistered: the region a request was moving data into or out
 	// of was deregistered meanwhile; the rest must not touch its memory.
 	errDeregistered = errors.New("tcp: memory region deregistered during the transfer")
@@ -98,9 +103,14 @@ type link struct {
 	timer    *time.Timer       // runs onTimer
 	epoch    time.Time         // the engines' clock starts here
 	writeFn  func(fd uintptr) bool
-	readFn   func(fd uintptr) bool
-	busyPoll time.Duration // the reader's spin before it sleeps (0: none)
-	progress atomic.Uint64 // bytes moved either way, responses seen
+	readFn   func(fd uintptr)
+	waitFn   func(fd uintptr) bool
+	// the reader's SO_RCVLOWAT (setLowat; the link goroutine only)
+	lowatHigh   bool
+	lowatHighFn func(fd uintptr)
+	lowatLowFn  func(fd uintptr)
+	busyPoll    time.Duration // the reader's spin before it sleeps (0: none)
+	progress    atomic.Uint64 // bytes moved either way, responses seen
 	// rdHeld counts READ and atomic responses queued and not yet taken
 	// into a batch: the responder engine counts them against
 	// max_dest_rd_atomic. Written under d.mu, read by the reader.
@@ -131,16 +141,43 @@ type link struct {
 	out  output
 	pkt2 rcproto.Packet // buildBatchLocked's
 
-	// Reader goroutine only.
-	resp    *rcproto.Responder
-	rbuf    []byte
-	rpos    int
-	rend    int
-	dropAll bool         // the QP left RTR/RTS: drop every request
-	stall   bool         // maxQueuedResp responses queued: wait for the peer to read
-	keys    keytab.Cache // last rkey resolved
-	rdMem   []byte       // data of the READ_RESP the responder queued last
-	rdPin   keytab.Pin   // and its key's pin
+	// polled counts the application's polls of this link's CQs (poll);
+	// the reader does not busy-poll while it moves.
+	polled atomic.Uint64
+	// appAsleep: a waiter on the link's CQs went to sleep (Sleep); polls
+	// clear it.
+	appAsleep atomic.Bool
+	// handover: a poller kicked the reader (kickLocked); pollers keep off
+	// until the reader has taken the read side.
+	handover atomic.Bool
+	// leased: the reader sleeps in await while pollers read; it comes
+	// back within appLease (deferAck relies on it).
+	leased atomic.Bool
+	rwake  chan struct{} // wakes the reader from its sleep in await
+	rtimer *time.Timer   // the reader's sleep in await
+
+	// rmu is the read side: the fields below belong to whoever holds it.
+	// The link goroutine holds it from its start, and lets go of it only
+	// while it waits for input between frames (idle) and once it has
+	// exited (rdone); an application goroutine polling an empty CQ takes
+	// it meanwhile with TryLock and handles what has arrived (poll.go).
+	rmu         sync.Mutex
+	rdone       bool      // the link goroutine has exited: nothing more is read
+	perr        error     // a poller's handling ended the link: the reader exits with it
+	kicked      bool      // a poller set a read deadline to wake the reader
+	lastPolled  uint64    // polled when the reader last went idle
+	pollFrames  uint64    // frames handled by pollers
+	ackDeferred bool      // an ACK waits in the output queue for the next write (deferAck)
+	appSeen     time.Time // when the reader last saw polled move
+	resp        *rcproto.Responder
+	rbuf        []byte
+	rpos        int
+	rend        int
+	dropAll     bool         // the QP left RTR/RTS: drop every request
+	stall       bool         // maxQueuedResp responses queued: wait for the peer to read
+	keys        keytab.Cache // last rkey resolved
+	rdMem       []byte       // data of the READ_RESP the responder queued last
+	rdPin       keytab.Pin   // and its key's pin
 	// pinned non-blocking read (readPinned, rawReadPinned)
 	ptab      keytab.Table
 	pin       keytab.Pin
@@ -169,6 +206,8 @@ func newLink(d *qpDriver, peer qpAddr, ip net.IP, dialer bool, rqpsn psn, maxDes
 		stop:     make(chan struct{}),
 		incoming: make(chan *net.TCPConn, 1),
 		wake:     make(chan struct{}, 1),
+		rwake:    make(chan struct{}, 1),
+		rtimer:   time.NewTimer(time.Hour),
 		epoch:    time.Now(),
 		resp:     rcproto.NewResponder(rcproto.RespConfig{FirstPSN: rqpsn, MaxDestRdAtomic: maxDestRd}),
 		busyPoll: d.cd.busyPoll,
@@ -177,9 +216,12 @@ func newLink(d *qpDriver, peer qpAddr, ip net.IP, dialer bool, rqpsn psn, maxDes
 	l.cond.L = &d.mu
 	l.writeFn = l.rawWrite
 	l.readFn = l.rawRead
+	l.waitFn = l.rawWait
+	l.lowatHighFn, l.lowatLowFn = l.rawLowatHigh, l.rawLowatLow
 	l.readPinFn = l.rawReadPinned
 	l.timer = time.AfterFunc(time.Hour, l.onTimer)
 	l.timer.Stop()
+	l.rtimer.Stop()
 	l.out.init()
 	return l
 }
@@ -199,6 +241,7 @@ func (l *link) stopLocked() {
 	l.timer.Stop()
 	l.armedAt = 0
 	l.cond.Broadcast()
+	l.wakeReader()
 }
 
 // wait waits until the link's goroutines have exited and nobody writes.
@@ -355,13 +398,22 @@ func (l *link) startLocked(attr *verbs.QPAttr) {
 	}
 }
 
-// run is the link goroutine.
+// run is the link goroutine. It holds the read side (rmu) but while it
+// waits for input between frames.
 func (l *link) run() {
 	defer l.wg.Done()
+	l.rmu.Lock()
+	defer l.rmu.Unlock()
 	err := l.establish()
 	if err == nil {
 		err = l.readLoop()
 	}
+	if err == errLinger {
+		l.linger()
+		err = errStopped
+	}
+	l.rdone = true
+	l.d.cd.removePoller(l)
 	l.exit(err)
 }
 
@@ -544,6 +596,7 @@ func (l *link) attach(c *net.TCPConn) error {
 	l.wg.Add(1)
 	go l.writer()
 	d.mu.Unlock()
+	l.d.cd.addPoller(l)
 	l.flush()
 	return nil
 }

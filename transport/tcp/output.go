@@ -417,13 +417,20 @@ func (l *link) rawWrite(fd uintptr) bool {
 					o.batch[i], o.kinds[i] = zeroChunk[:len(o.batch[i])], segPlain
 				}
 			case segTrailer:
+				// Decided anew on every pass until a byte of it is
+				// written: data before it in this batch that a short
+				// writev leaves for a later pass may be replaced by zeros
+				// there, and then the trailer must say so.
+				if len(o.batch[i]) < trailerLen {
+					break // partly written: what was decided stands
+				}
 				if t.Valid(o.pins[i]) {
 					o.batch[i] = trailerOK[:]
 				} else {
 					o.batch[i] = trailerBad[:]
-					t.Fail(!l.d.srq) // the responder NAKed: its QP goes to ERROR
+					o.kinds[i] = segPlain // final
+					t.Fail(!l.d.srq)      // the responder NAKed: its QP goes to ERROR
 				}
-				o.kinds[i] = segPlain
 			}
 		}
 		n, err := sys.Writev(int(fd), o.batch[o.bi:o.bn], &o.iov)

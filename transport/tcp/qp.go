@@ -149,10 +149,19 @@ func (d *qpDriver) toRTR(attr *verbs.QPAttr) error {
 	return nil
 }
 
-// teardown stops the current link and waits for its goroutines.
+// teardown stops the current link and waits for its goroutines. What is
+// queued for the peer is written first if the socket takes it (an ACK a
+// poller left for the next post, deferAck), so that the peer's last work
+// requests complete.
 func (d *qpDriver) teardown() {
 	d.mu.Lock()
 	l := d.link
+	d.mu.Unlock()
+	if l != nil {
+		l.flush()
+	}
+	d.mu.Lock()
+	l = d.link
 	d.link = nil
 	if l != nil {
 		l.detached = true

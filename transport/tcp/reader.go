@@ -30,10 +30,14 @@ func readFull(c net.Conn, b []byte) (int, error) { return io.ReadFull(c, b) }
 // responses, requests its completions let go) is flushed when it would
 // block for input, and at the latest every flushFrames frames or
 // flushBytes bytes: a busy stream gets coalesced ACKs, an idle one gets
-// them at once.
+// them at once. Between frames, with nothing buffered, it waits in idle,
+// where pollers may take over (poll.go).
 func (l *link) readLoop() error {
 	var f frame
 	for {
+		if l.perr != nil {
+			return l.perr
+		}
 		if l.stall {
 			if err := l.awaitOutput(); err != nil {
 				return err
@@ -43,33 +47,38 @@ func (l *link) readLoop() error {
 			l.flushOwed()
 		}
 		if l.rend-l.rpos < headerLen {
-			if err := l.fill(headerLen); err != nil {
+			if err := l.idle(); err != nil {
 				return err
 			}
+			continue
 		}
 		h, err := parseHeader(l.rbuf[l.rpos:l.rend])
 		if err != nil {
 			return l.protocolError(err)
 		}
 		h.decode(&f)
-		l.rpos += headerLen
-		l.owedFrames++
-		if f.op == opReadReq {
-			l.owedBytes += int(f.length) // we owe the data
-		}
-		if f.op.isRequest() {
-			err = l.handleRequest(&f)
-		} else {
-			err = l.handleResponse(&f)
-		}
-		if err != nil {
+		if err := l.handleFrame(&f); err != nil {
 			return err
 		}
 	}
 }
 
+// handleFrame handles the frame whose header (decoded into f) is next in
+// the buffer.
+func (l *link) handleFrame(f *frame) error {
+	l.rpos += headerLen
+	l.owedFrames++
+	if f.op == opReadReq {
+		l.owedBytes += int(f.length) // we owe the data
+	}
+	if f.op.isRequest() {
+		return l.handleRequest(f)
+	}
+	return l.handleResponse(f)
+}
+
 func (l *link) flushOwed() {
-	l.owedFrames, l.owedBytes = 0, 0
+	l.owedFrames, l.owedBytes, l.ackDeferred = 0, 0, false
 	l.drainResponses(true)
 	l.flush()
 }
@@ -156,22 +165,24 @@ func (l *link) awaitOutput() error {
 const clockEvery = 8
 
 // read reads into b what is there, or else flushes what is owed, polls
-// for up to busyPoll, and waits.
+// for up to busyPoll, and waits. It is the reader's read in the middle of
+// a frame (idle is the one between frames).
 func (l *link) read(b []byte) (int, error) {
-	if n, ok := l.tryRead(b); ok {
-		return n, nil
+	if n, err := l.tryRead(b); err != sys.ErrAgain {
+		return n, err
 	}
 	l.flushOwed()
 	if l.busyPoll > 0 {
-		n, ok := 0, spinning.Add(1) <= maxSpinning
+		n, err, ok := 0, sys.ErrAgain, spinning.Add(1) <= maxSpinning
 		if ok {
-			n, ok = l.spin(b)
+			n, err = l.spin(b, nil)
 		}
 		spinning.Add(-1)
-		if ok {
-			return n, nil
+		if err != sys.ErrAgain {
+			return n, err
 		}
 	}
+	l.setLowat(false)
 	return l.conn.Read(b)
 }
 
@@ -194,36 +205,47 @@ var (
 	maxSpinning = int32(max(1, runtime.NumCPU()/2))
 )
 
-// spin polls for up to busyPoll; ok when it read something.
-func (l *link) spin(b []byte) (int, bool) {
+// spin polls for up to busyPoll, or until the application polls (polled
+// moves; with polled nil it is not watched). It returns what tryRead
+// returned last: sys.ErrAgain when it read nothing.
+func (l *link) spin(b []byte, polled *uint64) (int, error) {
 	deadline := time.Now().Add(l.busyPoll)
 	for i := 1; ; i++ {
-		if n, ok := l.tryRead(b); ok {
-			return n, true
+		if n, err := l.tryRead(b); err != sys.ErrAgain {
+			return n, err
+		}
+		if polled != nil && l.polled.Load() != *polled {
+			return 0, sys.ErrAgain
 		}
 		if i%clockEvery == 0 && !time.Now().Before(deadline) {
-			return 0, false
+			return 0, sys.ErrAgain
 		}
 		sys.Yield()
 	}
 }
 
-// tryRead is one non-blocking read into b; ok when it read something (an
-// error or end of stream is left to the blocking read that follows).
-func (l *link) tryRead(b []byte) (int, bool) {
+// tryRead is one non-blocking read into b (len(b) > 0): sys.ErrAgain when
+// nothing is there, io.EOF at the end of the stream. It goes through the
+// connection's Control, not its Read: a reader parked in Read (idle)
+// holds the descriptor's read lock, and a poller must not wait for it.
+func (l *link) tryRead(b []byte) (int, error) {
 	l.tryBuf, l.tryN, l.tryErr = b, 0, nil
-	err := l.raw.Read(l.readFn)
+	err := l.raw.Control(l.readFn)
 	l.tryBuf = nil
-	if err == nil && l.tryErr == nil && l.tryN > 0 {
-		return l.tryN, true
+	switch {
+	case err != nil:
+		return 0, err
+	case l.tryErr != nil:
+		return 0, l.tryErr
+	case l.tryN == 0:
+		return 0, io.EOF
 	}
-	return 0, false
+	return l.tryN, nil
 }
 
-// rawRead is the syscall.RawConn callback of read: one attempt, no wait.
-func (l *link) rawRead(fd uintptr) bool {
+// rawRead is the syscall.RawConn Control callback of tryRead.
+func (l *link) rawRead(fd uintptr) {
 	l.tryN, l.tryErr = sys.Read(int(fd), l.tryBuf)
-	return true
 }
 
 // readPinned reads the next len(dst) bytes of the stream into dst, memory
@@ -277,6 +299,7 @@ func (l *link) readPinned(dst []byte, tab keytab.Table, pin keytab.Pin) (int, er
 // read_bw 64 KiB measured 0.6-0.7x with the spin on a 2-core host); one
 // wake-up is cheap against a large read.
 func (l *link) readDirectPinned(seg []byte, tab keytab.Table, pin keytab.Pin) (int, error) {
+	l.setLowat(false)
 	l.tryBuf, l.ptab, l.pin = seg, tab, pin
 	defer func() { l.tryBuf, l.ptab, l.pin = nil, keytab.Table{}, keytab.Pin{} }()
 	for wait := false; ; wait = true {
@@ -571,9 +594,10 @@ func (l *link) recvFailed(st rc.Status) error {
 	return l.failResponder()
 }
 
-// failResponder sends what the responder engine owes (the fatal NAK last),
-// moves our QP to ERROR with its receives flushed, and closes the
-// connection in order so that the NAK reaches the requester.
+// failResponder sends what the responder engine owes (the fatal NAK last)
+// and moves our QP to ERROR with its receives flushed; the link goroutine
+// then closes the connection in order (errLinger, linger) so that the NAK
+// reaches the requester.
 func (l *link) failResponder() error {
 	t := l.t
 	d := l.d
@@ -584,8 +608,7 @@ func (l *link) failResponder() error {
 	t.Fail(!d.srq)
 	l.qp.Fail()
 	d.mu.Unlock()
-	l.linger()
-	return errStopped
+	return errLinger // the link goroutine lingers (run)
 }
 
 // linger writes what is queued, half-closes the connection and waits

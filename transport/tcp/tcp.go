@@ -18,6 +18,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rdmakit/rdmakit/internal/soft"
@@ -139,9 +140,12 @@ type ctxDriver struct {
 	port uint16
 	done chan struct{} // closed by Close
 	wg   sync.WaitGroup
-	// busyPoll is how long a reader spins before it sleeps (0: never);
-	// set once at Open.
+	// busyPoll is how long a reader spins before it sleeps (0: never, and
+	// no progress from polls); set once at Open.
 	busyPoll time.Duration
+	// pollers lists the links with a connection, for Progress (poll.go);
+	// written under mu.
+	pollers atomic.Pointer[[]*link]
 
 	// mu guards qps, pending, handshakes, ready and closed.
 	mu         sync.Mutex

@@ -50,7 +50,10 @@ type Options struct {
 	// connected QP) keeps polling its socket without sleeping once it has
 	// nothing to read, before it parks in Go's network poller: a message
 	// that arrives within it is handled without a thread wake-up, at the
-	// price of up to that much CPU time per idle period. 0:
+	// price of up to that much CPU time per idle period. Busy polling on
+	// (any positive value) also lets the application's polls of an empty
+	// CQ read and handle the QPs' input themselves, while the reader
+	// sleeps (transport/tcp's doc). 0:
 	// RDMAKIT_TCP_BUSY_POLL if set (a duration such as 50us, 1ms, or 0 for
 	// off), else DefaultTCPBusyPoll; negative: off.
 	TCPBusyPoll time.Duration

@@ -1,0 +1,451 @@
+package tcp
+
+// Progress driven by the application's polling. When the application polls
+// an empty CQ of a connected QP (CQ.Poll, and CQ.Wait, which polls before
+// it sleeps), soft calls Progress on its goroutine: the poller takes the
+// link's read side if the link goroutine has let go of it (rmu, TryLock),
+// reads what has arrived without blocking, handles every whole frame in
+// the buffer (the responder's and the requester's work, completions
+// included), and writes what that owes (ACKs, responses). One busy thread
+// per process then does all the work, as in a busy-polling RDMA library,
+// instead of the application's thread and the reader both (a thread
+// wake-up per message, or two spinning threads per process).
+//
+// Ownership: rmu is held by the link goroutine from its start, except
+// while it waits between frames (idle, await). A poller handles only
+// frames that are whole in its buffer and never blocks. What it must not
+// do it hands to the link goroutine with a kick (kickLocked): a payload
+// too large for its buffer (read straight into place), the output stall
+// (awaitOutput blocks), the end of the link (an error, a responder
+// failure that lingers). The kick sets handover, which keeps pollers off,
+// wakes the link goroutine from either of its waits (rwake ends a sleep,
+// a read deadline in the past a wait for input), and the link goroutine
+// clears both under rmu before it reads. So the socket is read by one
+// goroutine at a time.
+//
+// While the application polls (polled moves, and it has not gone to sleep
+// in CQ.Wait: Sleep), the link goroutine sleeps, looking again every
+// appLease, and the socket's SO_RCVLOWAT is raised so that arriving data
+// wakes no thread (setLowat). Otherwise it busy-polls (Options.TCPBusyPoll)
+// and then waits until the socket is readable, SO_RCVLOWAT back at 1: input
+// that arrives while nobody polls is always found by the link goroutine,
+// at the latest about two appLease after the application's last poll.
+// An ACK a poller owes may wait for the application's next post (deferAck)
+// only while the link goroutine sleeps, since it writes it when it looks.
+
+import (
+	"math"
+	"os"
+	"sync/atomic"
+	"time"
+
+	"github.com/rdmakit/rdmakit/internal/soft"
+	"github.com/rdmakit/rdmakit/internal/sys"
+)
+
+// A poller handles a frame only once it is whole in the link's buffer
+// (readBufSize: a 64 KiB payload with its header and trailer fits); a
+// larger one is the link goroutine's, which reads its payload straight
+// into place. Payloads a poller handles are copied once more (socket to
+// buffer to memory), which costs less than waking the link goroutine
+// (write_lat 64 KiB).
+
+// Progress is soft.Progresser: cq was found empty by a poll. Links whose
+// QP completes into cq make what progress they can. It does nothing when
+// busy polling is off (Options.TCPBusyPoll 0).
+func (cd *ctxDriver) Progress(cq *soft.CQ) {
+	if cd.busyPoll == 0 {
+		return
+	}
+	ls := cd.pollers.Load()
+	if ls == nil {
+		return
+	}
+	idle := false
+	for _, l := range *ls {
+		if s, r := l.qp.CQs(); s == cq || r == cq {
+			idle = !l.poll() || idle
+		}
+	}
+	if idle {
+		// As the reader's busy poll does (reader.go): on a host with
+		// more busy threads than cores, the one this poll waits for may
+		// need this CPU.
+		sys.Yield()
+	}
+}
+
+// addPoller and removePoller keep the list Progress walks: the links whose
+// connection is up (copy on write; Progress reads it without a lock).
+func (cd *ctxDriver) addPoller(l *link) {
+	cd.mu.Lock()
+	defer cd.mu.Unlock()
+	var ls []*link
+	if p := cd.pollers.Load(); p != nil {
+		ls = append(ls, *p...)
+	}
+	ls = append(ls, l)
+	cd.pollers.Store(&ls)
+}
+
+func (cd *ctxDriver) removePoller(l *link) {
+	cd.mu.Lock()
+	defer cd.mu.Unlock()
+	p := cd.pollers.Load()
+	if p == nil {
+		return
+	}
+	ls := make([]*link, 0, len(*p))
+	for _, x := range *p {
+		if x != l {
+			ls = append(ls, x)
+		}
+	}
+	cd.pollers.Store(&ls)
+}
+
+// poll is one poller's attempt on the link (an application goroutine).
+func (l *link) poll() (busy bool) {
+	l.polled.Add(1)
+	if l.appAsleep.Load() {
+		l.appAsleep.Store(false)
+	}
+	if l.handover.Load() || !l.rmu.TryLock() {
+		return true // the link goroutine is at work, or about to be
+	}
+	if !l.rdone && l.perr == nil {
+		busy = l.pump()
+	}
+	l.rmu.Unlock()
+	return busy
+}
+
+// pump handles the whole frames in the buffer, reading what has arrived
+// (twice at most), and writes what it owes. rmu is held.
+func (l *link) pump() (busy bool) {
+	var f frame
+	reads := 0
+	for {
+		if l.stall {
+			l.kickLocked() // awaitOutput blocks: the link goroutine's
+			return true
+		}
+		if l.owedFrames >= flushFrames || l.owedBytes >= flushBytes {
+			l.flushOwed()
+		}
+		whole, big, err := l.buffered(&f)
+		if err != nil {
+			l.perr = l.protocolError(err)
+			l.kickLocked()
+			return true
+		}
+		if big {
+			l.kickLocked() // the link goroutine reads it into place
+			return true
+		}
+		if whole {
+			l.pollFrames++
+			if err := l.handleFrame(&f); err != nil {
+				l.perr = err
+				l.kickLocked()
+				return true
+			}
+			continue
+		}
+		if reads == 2 || !l.pollRead() {
+			break
+		}
+		reads++
+	}
+	if !l.deferAck() {
+		l.flushOwed()
+	}
+	return reads > 0
+}
+
+// deferAck decides whether a poller may leave the ACK it owes for the
+// next write instead of writing it alone (rmu held): when an ACK is all
+// it owes, the ACK goes into the output queue, where the application's
+// next post takes it along (PostSend's writev carries both, one system
+// call instead of two: a ping-pong answers every message). Once only: the
+// next poller writes it whatever happens, and so does the reader when it
+// next goes idle: it sleeps (leased) and looks again within appLease.
+func (l *link) deferAck() bool {
+	if l.ackDeferred || !l.leased.Load() {
+		return false // deferred once, or the reader waits for input and would not write it
+	}
+	r := l.resp
+	if !r.Pending(true) || r.Pending(false) {
+		return false // nothing owed, or more than an ACK
+	}
+	d := l.d
+	d.mu.Lock()
+	only := l.out.queuedLocked() == 0 && (l.req == nil || l.req.Unsent() == 0)
+	d.mu.Unlock()
+	if !only {
+		return false
+	}
+	l.drainResponses(true)
+	l.owedFrames, l.owedBytes = 0, 0
+	l.ackDeferred = true
+	return true
+}
+
+// buffered reports whether the buffer holds the next frame whole (its
+// header decoded into f), and big when a poller leaves it to the link
+// goroutine (its payload is to be read straight into place; the rest of
+// it has still to come from the socket, which wakes the link goroutine).
+func (l *link) buffered(f *frame) (whole, big bool, err error) {
+	have := l.rend - l.rpos
+	if have < headerLen {
+		return false, false, nil
+	}
+	h, err := parseHeader(l.rbuf[l.rpos:l.rend])
+	if err != nil {
+		return false, false, err
+	}
+	h.decode(f)
+	need := headerLen
+	if f.op.hasPayload() {
+		need += int(f.length)
+		if f.op == opReadResp && f.flags&flagStatus != 0 {
+			need += trailerLen
+		}
+	}
+	return need <= have, need > len(l.rbuf), nil
+}
+
+// pollRead is a poller's non-blocking read into the buffer; false when
+// nothing came (an error or the end of the stream is left to the link
+// goroutine, which finds the socket readable).
+func (l *link) pollRead() bool {
+	if l.rpos > 0 && len(l.rbuf)-l.rend < len(l.rbuf)/2 {
+		// Room for the frame in progress (it fits whole in the buffer,
+		// buffered) and what follows.
+		copy(l.rbuf, l.rbuf[l.rpos:l.rend])
+		l.rend -= l.rpos
+		l.rpos = 0
+	}
+	if l.rend == len(l.rbuf) {
+		return false
+	}
+	n, err := l.tryRead(l.rbuf[l.rend:])
+	if err != nil {
+		return false
+	}
+	l.rend += n
+	l.owedBytes += n
+	l.progress.Add(1)
+	return true
+}
+
+// kickLocked hands the read side to the link goroutine (rmu held): a
+// poller leaves it work that it must do at once, which no input may
+// announce (the output stall, the end of the link) or which is its alone
+// (a payload to read straight into place). The link goroutine is woken
+// from either of its waits: a read deadline in the past ends a wait for
+// input, rwake a sleep; pollers keep off until it has taken over.
+func (l *link) kickLocked() {
+	if l.kicked {
+		return
+	}
+	l.kicked = true
+	l.handover.Store(true)
+	l.conn.SetReadDeadline(aLongTimeAgo)
+	l.wakeReader()
+}
+
+var aLongTimeAgo = time.Unix(1, 0)
+
+// idle is the link goroutine between frames with less than a header
+// buffered (rmu held): it reads what is there, or else writes what it
+// owes, busy-polls (Options.TCPBusyPoll) unless the application polls,
+// and then lets go of rmu and waits until the socket is readable or a
+// poller kicks it. It returns nil when there may be more to do.
+func (l *link) idle() error {
+	if l.rpos > 0 {
+		copy(l.rbuf, l.rbuf[l.rpos:l.rend])
+		l.rend -= l.rpos
+		l.rpos = 0
+	}
+	n, err := l.tryRead(l.rbuf[l.rend:])
+	if err == sys.ErrAgain {
+		l.flushOwed()
+		n, err = l.idleSpin()
+	}
+	if err == nil {
+		l.rend += n
+		l.owedBytes += n
+		l.progress.Add(1)
+		return nil
+	}
+	if err != sys.ErrAgain {
+		return err
+	}
+	l.rmu.Unlock()
+	if err := l.await(); err != nil {
+		return err
+	}
+	if l.kicked {
+		l.kicked = false
+		l.handover.Store(false)
+		return l.conn.SetReadDeadline(time.Time{})
+	}
+	return nil
+}
+
+// idleSpin busy-polls for input between frames, unless the application
+// polled since the reader was last idle or does meanwhile: then it is the
+// one to find the input, and a second spinning thread only takes its CPU.
+func (l *link) idleSpin() (int, error) {
+	if l.busyPoll == 0 || l.appActive() {
+		return 0, sys.ErrAgain
+	}
+	p := l.polled.Load()
+	n, err := 0, error(sys.ErrAgain)
+	if spinning.Add(1) <= maxSpinning {
+		l.setLowat(true) // the spin finds the input: no thread need wake for it
+		n, err = l.spin(l.rbuf[l.rend:], &p)
+	}
+	spinning.Add(-1)
+	return n, err
+}
+
+// appActive reports whether the application polls this link's CQs: it
+// did since the reader last looked, or within appLease of then, and has
+// not gone to sleep in CQ.Wait since (Sleep).
+func (l *link) appActive() bool {
+	if pollersOnly.Load() {
+		return true
+	}
+	if l.busyPoll == 0 || l.appAsleep.Load() {
+		return false
+	}
+	if p := l.polled.Load(); p != l.lastPolled {
+		l.lastPolled = p
+		l.appSeen = time.Now()
+		return true
+	}
+	return time.Since(l.appSeen) < appLease
+}
+
+// appLease is how long after the reader last saw the application poll it
+// leaves the socket to the application's polls. A thread the operating
+// system preempts polls nothing for a while, which must not look like an
+// application that stopped; one that goes to sleep in CQ.Wait says so
+// (Sleep); one that stops polling otherwise (it spins on memory, say) has
+// its input read by the reader again within about two leases.
+const appLease = 200 * time.Microsecond
+
+// pollersOnly makes readers leave all input between frames to pollers
+// (they wake for kicks and Close only). For tests.
+var pollersOnly atomic.Bool
+
+// await waits, without rmu, until there may be work for the link
+// goroutine, and takes rmu again. While the application polls, it sleeps
+// (appLease at a time, or until Sleep or a kick wakes it) and leaves the
+// socket alone: a reader waiting in the network poller would be woken by
+// every message and would take the CPU from the very thread that polls.
+// Otherwise it waits until the socket is readable.
+func (l *link) await() error {
+	for {
+		if l.handover.Load() {
+			l.rmu.Lock() // the kicking poller lets go at once; others keep off
+			return nil
+		}
+		if l.appActive() {
+			l.setLowat(true)
+			l.leased.Store(true)
+			l.rtimer.Reset(appLease)
+			select {
+			case <-l.rwake:
+			case <-l.rtimer.C:
+				if pollersOnly.Load() {
+					continue
+				}
+			}
+			l.rtimer.Stop()
+			l.leased.Store(false)
+		} else if err := l.waitInput(); err != nil && !os.IsTimeout(err) {
+			l.rmu.Lock()
+			return err // closed
+		}
+		if l.handover.Load() {
+			continue
+		}
+		if l.rmu.TryLock() {
+			return nil
+		}
+		// A poller has the read side: it reads what there is and does
+		// not wait for us. While the application polls, sleep on; else
+		// take over once the poller is done (idle then writes what it
+		// may have left owed, deferAck) rather than wait for input.
+		if !l.appActive() {
+			l.rmu.Lock()
+			return nil
+		}
+	}
+}
+
+// waitInput waits until the socket is readable (the reader, without
+// rmu).
+func (l *link) waitInput() error {
+	l.setLowat(false)
+	return l.raw.Read(l.waitFn)
+}
+
+// setLowat (the reader only) raises the socket's SO_RCVLOWAT while the
+// reader leaves input to pollers, and lowers it again to 1 before the
+// reader waits for input. Raised, arriving data does not make the socket
+// readable, so it wakes no thread of this process: Go's network poller
+// has every socket of the process in one epoll set, edge-triggered, and
+// a thread of the runtime waits in epoll_wait whenever a processor is
+// idle, so each message would otherwise wake a thread beside the one that
+// polls (about 10 µs of a ping-pong's 20 on a 2-core host). Pollers read
+// without waiting, which SO_RCVLOWAT does not affect; the end of the
+// stream and errors still wake.
+func (l *link) setLowat(high bool) {
+	if l.lowatHigh == high {
+		return
+	}
+	l.lowatHigh = high
+	if high {
+		l.raw.Control(l.lowatHighFn)
+	} else {
+		l.raw.Control(l.lowatLowFn)
+	}
+}
+
+func (l *link) rawLowatHigh(fd uintptr) { sys.SetRcvLowat(int(fd), math.MaxInt32) }
+func (l *link) rawLowatLow(fd uintptr)  { sys.SetRcvLowat(int(fd), 1) }
+
+// Sleep is soft.Progresser: a waiter on cq is about to sleep in CQ.Wait,
+// so progress is up to the readers again. It wakes those that leave the
+// socket to the application's polls.
+func (cd *ctxDriver) Sleep(cq *soft.CQ) {
+	if cd.busyPoll == 0 {
+		return
+	}
+	ls := cd.pollers.Load()
+	if ls == nil {
+		return
+	}
+	for _, l := range *ls {
+		if s, r := l.qp.CQs(); s == cq || r == cq {
+			l.appAsleep.Store(true)
+			l.wakeReader()
+		}
+	}
+}
+
+// wakeReader wakes the reader from a sleep in await.
+func (l *link) wakeReader() {
+	select {
+	case l.rwake <- struct{}{}:
+	default:
+	}
+}
+
+// rawWait is the syscall.RawConn Read callback of idle: true once a read
+// would not block; it reads nothing.
+func (l *link) rawWait(fd uintptr) bool { return sys.Readable(int(fd)) }
