@@ -52,20 +52,8 @@ func TestPollerReceives(t *testing.T) {
 // requester's ACK timeout sending it again.
 func TestPollerHandsBack(t *testing.T) {
 	a, b := pair(t, 1<<16, verbs.MTU1024)
-	ep := ctxOf(b.ctx).ep
-	ep.stepMu.Lock()
-	ep.missed.Store(false)
-	fill(a.mr.Bytes()[:4096], 3)
-	a.post(verbs.SendWR{ID: 1, Opcode: verbs.OpWrite, Flags: verbs.SendSignaled,
-		SGL: []verbs.SGE{a.mr.SGE(0, 4096)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
+	ep := writeWhileHeld(t, a, b, 3)
 	deadline := time.Now().Add(10 * time.Second)
-	for !ep.missed.Load() {
-		if time.Now().After(deadline) {
-			ep.stepMu.Unlock()
-			t.Fatal("the progress goroutine never found the endpoint held")
-		}
-		time.Sleep(100 * time.Microsecond)
-	}
 	ep.endTurn() // the poller's turn ends; it never polls again
 	for string(b.mr.Bytes()[:4096]) != string(a.mr.Bytes()[:4096]) {
 		if time.Now().After(deadline) {
@@ -84,19 +72,7 @@ func TestPollerHandsBack(t *testing.T) {
 // the Write lands without the requester sending it again.
 func TestPollerWakes(t *testing.T) {
 	a, b := pair(t, 1<<16, verbs.MTU1024)
-	ep := ctxOf(b.ctx).ep
-	ep.stepMu.Lock()
-	fill(a.mr.Bytes()[:4096], 5)
-	a.post(verbs.SendWR{ID: 1, Opcode: verbs.OpWrite, Flags: verbs.SendSignaled,
-		SGL: []verbs.SGE{a.mr.SGE(0, 4096)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
-	deadline := time.Now().Add(10 * time.Second)
-	for !ep.missed.Load() {
-		if time.Now().After(deadline) {
-			ep.stepMu.Unlock()
-			t.Fatal("the progress goroutine never found the endpoint held")
-		}
-		time.Sleep(100 * time.Microsecond)
-	}
+	ep := writeWhileHeld(t, a, b, 5)
 	// As if the poller had received a full batch before the Write came
 	// and the progress goroutine's miss had been seen: only the wake-up
 	// is left to bring the Write in.
@@ -110,4 +86,26 @@ func TestPollerWakes(t *testing.T) {
 	if st, _ := Stats(a.ctx); st.Retransmits != 0 {
 		t.Fatalf("the Write landed after %d retransmissions: the progress goroutine was not woken", st.Retransmits)
 	}
+}
+
+// writeWhileHeld holds b's endpoint as a poller would (stepMu), has a
+// Write 4 KiB into b, and returns once b's progress goroutine has found
+// the endpoint held (missed), with stepMu still held.
+func writeWhileHeld(t *testing.T, a, b *side, seed uint64) *endpoint {
+	t.Helper()
+	ep := ctxOf(b.ctx).ep
+	ep.stepMu.Lock()
+	ep.missed.Store(false)
+	fill(a.mr.Bytes()[:4096], seed)
+	a.post(verbs.SendWR{ID: 1, Opcode: verbs.OpWrite, Flags: verbs.SendSignaled,
+		SGL: []verbs.SGE{a.mr.SGE(0, 4096)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
+	deadline := time.Now().Add(10 * time.Second)
+	for !ep.missed.Load() {
+		if time.Now().After(deadline) {
+			ep.stepMu.Unlock()
+			t.Fatal("the progress goroutine never found the endpoint held")
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+	return ep
 }
