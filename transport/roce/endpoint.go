@@ -477,10 +477,6 @@ func (ep *endpoint) step(fd uintptr) {
 		for len(b) > 0 {
 			k := min(seg, len(b))
 			ep.input(b[:k], ep.rx.Addrs[i], ep.rx.TOS[i])
-			ep.stats.rxPackets.Add(1)
-			if ep.inline {
-				ep.stats.rxPolled.Add(1)
-			}
 			b = b[k:]
 			since++
 		}
@@ -489,13 +485,28 @@ func (ep *endpoint) step(fd uintptr) {
 			// so that the requester's window opens while this side
 			// is still busy (one ACK per batch would make the window
 			// a stop-and-wait unit).
+			ep.counted(since)
 			ep.settle()
 			since = 0
 		}
 	}
+	ep.counted(since)
 	ep.settle()
 	ep.serviceBacklog()
 	ep.flushTx()
+}
+
+// counted adds n datagrams handled to the counters, once per settle
+// rather than per datagram (before the responses go, so a peer that sees
+// them sees the count).
+func (ep *endpoint) counted(n int) {
+	if n == 0 {
+		return
+	}
+	ep.stats.rxPackets.Add(uint64(n))
+	if ep.inline {
+		ep.stats.rxPolled.Add(uint64(n))
+	}
 }
 
 // serviceBacklog sends the next burst of each backlogged QP's responses.
