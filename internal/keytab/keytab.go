@@ -202,7 +202,10 @@ func (t Table) EnterHeld(h *Hold, p Pin) bool {
 	// consistent atomics), and releases the hold.
 	h.slot.Store(int64(p.so))
 	if !t.Enter(p) {
-		h.slot.Store(int64(h.p.so))
+		// Announcing the old slot again would leave a window in which
+		// a remover of it saw no holder: let it go instead (the next
+		// touch of it enters it again).
+		t.Release(h)
 		return false
 	}
 	if h.p.so != 0 {

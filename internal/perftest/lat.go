@@ -95,11 +95,13 @@ func (l *latLoop) stamp() int64 {
 }
 
 // ticksToNs converts the counter readings in tposted to ns since epoch,
-// at the rate the counter ran against the clock during the loop.
-func (l *latLoop) ticksToNs() {
+// at the rate the counter ran against the clock during the loop. A
+// counter that did not advance leaves nothing to convert by: an error,
+// not raw readings reported as nanoseconds.
+func (l *latLoop) ticksToNs() error {
 	t1, ns1 := sys.Ticks(), l.now()
 	if t1 <= l.tick0 || ns1 <= 0 {
-		return
+		return fmt.Errorf("the time-stamp counter did not advance over the loop (%d to %d in %d ns): a run with -D SECONDS times posts with the clock", l.tick0, t1, ns1)
 	}
 	scale := float64(ns1) / float64(t1-l.tick0)
 	for i, v := range l.tposted {
@@ -107,6 +109,7 @@ func (l *latLoop) ticksToNs() {
 			l.tposted[i] = int64(float64(v-l.tick0) * scale)
 		}
 	}
+	return nil
 }
 
 // tick advances the duration state machine; it reports false once the
@@ -138,7 +141,6 @@ func (l *latLoop) run() (latStats, error) {
 	l.epoch = time.Now()
 	if l.ticks = sys.HasTicks && l.total == 0 && l.tposted != nil; l.ticks {
 		l.tick0 = sys.Ticks()
-		defer l.ticksToNs()
 	}
 	var err error
 	switch l.cfg.Test.Verb {
@@ -149,6 +151,11 @@ func (l *latLoop) run() (latStats, error) {
 	default:
 		if l.initiator {
 			err = l.runRead()
+		}
+	}
+	if l.ticks {
+		if cerr := l.ticksToNs(); err == nil {
+			err = cerr
 		}
 	}
 	st := latStats{tposted: l.tposted, sampleStart: l.sampleStart, sampleEnd: l.sampleEnd, n: l.sampled}

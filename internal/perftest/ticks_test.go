@@ -20,7 +20,9 @@ func TestTicksToNs(t *testing.T) {
 		l.tposted[i] = sys.Ticks()
 	}
 	time.Sleep(time.Millisecond)
-	l.ticksToNs()
+	if err := l.ticksToNs(); err != nil {
+		t.Fatal(err)
+	}
 	end := l.now()
 	prev := int64(0)
 	for i, v := range l.tposted[:3] {

@@ -358,7 +358,7 @@ func (mr *MR) Dereg() error {
 	// (rc.LocalPins) let it go now; their next touch would fail anyway.
 	var holders []*QP
 	for _, q := range c.qps {
-		if q.xl != nil && q.hold.Holds(ls) {
+		if q.hold.Holds(ls) { // only an executor's hold is ever set (qp.xl is written after the QP is listed)
 			holders = append(holders, q)
 		}
 	}

@@ -126,8 +126,10 @@ func decodeWC(b []byte, wc *WorkCompletion) {
 func (cq *CQ) push(w *rc.WC) bool {
 	pos, b, ok := cq.r.Reserve()
 	if !ok {
+		// Kick, not Notify: a waiter that read the event word before
+		// the flag was set must not sleep out its timeout.
 		cq.r.SetFlag(ring.FlagOverflow)
-		cq.r.Notify()
+		cq.r.Kick()
 		return false
 	}
 	w.Encode(b)

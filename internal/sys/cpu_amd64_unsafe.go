@@ -8,7 +8,7 @@ import (
 	"golang.org/x/sys/cpu"
 )
 
-// movsb copies n bytes from src to dst with REP MOVSB (copy_amd64.s); the
+// movsb copies n bytes from src to dst with REP MOVSB (cpu_amd64.s); the
 // ranges must not overlap.
 //
 //go:noescape
@@ -42,7 +42,7 @@ func Copy(dst, src []byte) int {
 	return n
 }
 
-// storeRel64 is a plain store (copy_amd64.s): on amd64 every store has
+// storeRel64 is a plain store (cpu_amd64.s): on amd64 every store has
 // release order, and the call keeps the compiler from moving memory
 // accesses across it.
 //

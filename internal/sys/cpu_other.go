@@ -3,7 +3,7 @@
 package sys
 
 // Copy is copy(dst, src) for the data path of the memory transports (see
-// copy_amd64_unsafe.go; elsewhere, and in race builds, it is copy).
+// cpu_amd64_unsafe.go; elsewhere, and in race builds, it is copy).
 func Copy(dst, src []byte) int { return copy(dst, src) }
 
 // StoreRelease64 stores v at b[off:] with (at least) release order; here
