@@ -330,42 +330,61 @@ func (l *CMListener) Close() error {
 // Accept waits for the next connection request and connects qp (in
 // INIT, on the listener's context) to the requester: RTR and RTS with
 // the request's QP number, PSN, path MTU and timeouts, then the reply,
-// then the requester's ready-to-use. A request refused before the QP
-// moved (not for this address, a bad MTU) leaves it in INIT; a failure
-// after, in ERROR.
+// then the requester's ready-to-use. A request that is not for this
+// address or asks for a bad MTU is rejected and Accept waits for the
+// next, the QP still in INIT (one stray request does not end a server);
+// a failure after the QP moved leaves it in ERROR.
 func (l *CMListener) Accept(ctx context.Context, qp *verbs.QP) (*CMConn, error) {
 	g := l.g
-	var c *ibcm.Conn
-	select {
-	case c = <-l.reqs:
-		if c == nil {
-			return nil, ErrCMClosed
-		}
-	case <-ctx.Done():
-		return nil, ctx.Err()
+	if ctxOf(qp.Context()) == nil || ctxOf(qp.Context()).ep != g.ep {
+		return nil, fmt.Errorf("%w: the QP is not on the listener's device socket", verbs.ErrInvalidArgument)
 	}
+	for {
+		var c *ibcm.Conn
+		select {
+		case c = <-l.reqs:
+			if c == nil {
+				return nil, ErrCMClosed
+			}
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		if reason, err := l.check(c.Request()); err != nil {
+			g.mu.Lock()
+			g.eng.Reject(c, reason, nil)
+			g.settleLocked()
+			g.mu.Unlock()
+			continue
+		}
+		return l.accept(ctx, qp, c)
+	}
+}
+
+// check refuses a request not for this listener's address or with a
+// path MTU that is no InfiniBand MTU.
+func (l *CMListener) check(r ibcm.REQ) (ibcm.Reason, error) {
+	if gid := r.RemoteGID().Unmap(); gid != l.ip {
+		return ibcm.RejInvalidGID, fmt.Errorf("roce: connection request for GID %s, not ours (%s)", gid, l.ip)
+	}
+	if verbs.MTU(r.PathMTU()).Bytes() == 0 {
+		return ibcm.RejInvalidMTU, fmt.Errorf("roce: connection request with path MTU code %d", r.PathMTU())
+	}
+	return 0, nil
+}
+
+// accept connects qp to the requester of c (checked).
+func (l *CMListener) accept(ctx context.Context, qp *verbs.QP, c *ibcm.Conn) (*CMConn, error) {
+	g := l.g
 	r := c.Request()
-	moved := false // the QP left INIT
 	fail := func(reason ibcm.Reason, err error) (*CMConn, error) {
 		g.mu.Lock()
 		g.eng.Reject(c, reason, nil)
 		g.settleLocked()
 		g.mu.Unlock()
-		if moved {
-			qp.Modify(verbs.QPAttr{State: verbs.QPError})
-		}
+		qp.Modify(verbs.QPAttr{State: verbs.QPError}) // it may have left INIT
 		return nil, err
 	}
-	if ctxOf(qp.Context()) == nil || ctxOf(qp.Context()).ep != g.ep {
-		return fail(ibcm.RejNoQP, fmt.Errorf("%w: the QP is not on the listener's device socket", verbs.ErrInvalidArgument))
-	}
-	if gid := r.RemoteGID().Unmap(); gid != l.ip {
-		return fail(ibcm.RejInvalidGID, fmt.Errorf("roce: connection request from %s for GID %s, not ours (%s)", c.Peer, gid, l.ip))
-	}
 	mtu := verbs.MTU(r.PathMTU())
-	if mtu.Bytes() == 0 {
-		return fail(ibcm.RejInvalidMTU, fmt.Errorf("roce: connection request from %s with path MTU code %d", c.Peer, r.PathMTU()))
-	}
 	psn := verbs.RandomPSN()
 	rd := clampRd(r.InitiatorDepth()) // the Reads it issues, this side serves
 	ird := clampRd(r.ResponderResources())
@@ -376,7 +395,6 @@ func (l *CMListener) Accept(ctx context.Context, qp *verbs.QP) (*CMConn, error) 
 	// A CM message's starting PSN is the one its sender's QP expects to
 	// receive first: the REQ's is the PSN this side sends from, the REP
 	// carries the one it receives from.
-	moved = true
 	if err := qp.Modify(verbs.QPAttr{State: verbs.QPRTR, PathMTU: mtu, DestQPN: r.QPN(), RQPSN: psn,
 		AH: cmAH(c.Peer, r.QPN()), MinRNRTimer: cmRNRTimer, MaxDestRdAtomic: rd}); err != nil {
 		return fail(ibcm.RejNoQP, fmt.Errorf("roce: accepting %s: %w", c.Peer, err))
@@ -389,10 +407,16 @@ func (l *CMListener) Accept(ctx context.Context, qp *verbs.QP) (*CMConn, error) 
 	ch := g.watchLocked(c)
 	err := g.eng.Accept(c, &ibcm.AcceptParams{QPN: qp.Num(), PSN: psn, RespRes: rd, InitDepth: ird, RNRRetry: 7,
 		AckDelay: cmAckDelay, Private: l.opts.Private}, g.now())
+	if err != nil {
+		// E.g. the peer's DREQ closed the request while it was queued:
+		// the engine forgot it, so nothing would ever end this watch.
+		g.unwatchLocked(c)
+	}
 	g.settleLocked()
 	g.mu.Unlock()
 	if err != nil {
-		return nil, err
+		qp.Modify(verbs.QPAttr{State: verbs.QPError})
+		return nil, fmt.Errorf("roce: accepting %s: %w", c.Peer, err)
 	}
 	ev, err := g.wait(ctx, ch)
 	if err == nil {

@@ -331,3 +331,133 @@ func TestCMBadPackets(t *testing.T) {
 }
 
 func req2ID(b []byte) uint32 { return ibcm.MAD(b).LocalCommID() }
+
+// rawCM is a hostile CM peer on a plain UDP socket: it sends MADs to to
+// as GSI packets and reads the answers.
+type rawCM struct {
+	t    *testing.T
+	pc   *net.UDPConn
+	from netip.AddrPort
+	to   netip.AddrPort
+}
+
+func newRawCM(t *testing.T, to netip.AddrPort) *rawCM {
+	pc, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pc.Close() })
+	from := pc.LocalAddr().(*net.UDPAddr).AddrPort()
+	return &rawCM{t: t, pc: pc, from: netip.AddrPortFrom(from.Addr().Unmap(), from.Port()), to: to}
+}
+
+// req is a REQ for port from this peer, addressed to GID gid.
+func (x *rawCM) req(port uint16, gid netip.Addr) [ibcm.MADLen]byte {
+	e := ibcm.New(ibcm.Config{Rand: func() uint32 { return 5 }})
+	e.Connect(&ibcm.ConnectParams{Peer: x.to, Port: port, QPN: 5, LocalGID: x.from.Addr(), RemoteGID: gid, LocalLID: x.from.Port(), MTU: 3}, 1)
+	return e.Outbox()[0].MAD
+}
+
+func (x *rawCM) send(mad []byte) {
+	buf := make([]byte, 512)
+	var p header.Packet
+	n := header.Build(&p, buf, header.UDSendOnly, len(mad))
+	p.BTH.Encode(&header.BTHFields{Opcode: header.UDSendOnly, PKey: header.DefaultPKey, DestQP: header.GSIQP})
+	p.DETH.Encode(header.GSIQKey, header.GSIQP)
+	copy(p.Payload, mad)
+	header.PutICRC(&header.Addrs{Src: x.from.Addr(), Dst: x.to.Addr(), SrcPort: x.from.Port(), DstPort: x.to.Port()}, buf[:n])
+	x.pc.WriteToUDPAddrPort(buf[:n], x.to)
+}
+
+func (x *rawCM) recv() ibcm.MAD {
+	x.t.Helper()
+	x.pc.SetReadDeadline(time.Now().Add(5 * time.Second))
+	buf := make([]byte, 1024)
+	n, _, err := x.pc.ReadFromUDPAddrPort(buf)
+	if err != nil {
+		x.t.Fatalf("no answer: %v", err)
+	}
+	var p header.Packet
+	if err := header.Parse(&p, buf[:n]); err != nil {
+		x.t.Fatal(err)
+	}
+	m, err := ibcm.Parse(p.Payload)
+	if err != nil {
+		x.t.Fatal(err)
+	}
+	return m
+}
+
+// A requester that disconnects (DREQ) while its request waits in the
+// listener's queue: Accept fails, and leaves neither a watch the engine
+// will never end nor the QP connected.
+func TestCMAcceptClosedRequest(t *testing.T) {
+	needDevices(t)
+	ctx := openTest(t)
+	l, err := ListenCM(ctx, nil, 5002, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	x := newRawCM(t, LocalAddr(ctx))
+	req := x.req(5002, x.to.Addr())
+	// The REQ twice: the second is answered with an MRA, which names the
+	// listener's comm ID for the request.
+	x.send(req[:])
+	x.send(req[:])
+	m := x.recv()
+	if m.Attr() != ibcm.AttrMRA {
+		t.Fatalf("duplicate REQ answered with %v", m.Attr())
+	}
+	var d [ibcm.MADLen]byte
+	dreq := ibcm.MAD(d[:])
+	dreq.Init(ibcm.AttrDREQ, 77)
+	dreq.SetCommIDs(req2ID(req[:]), m.LocalCommID())
+	x.send(d[:])
+	if m := x.recv(); m.Attr() != ibcm.AttrDREP {
+		t.Fatalf("DREQ answered with %v", m.Attr())
+	}
+	s := newSide(t, ctx, 4096)
+	actx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := l.Accept(actx, s.qp); err == nil {
+		t.Fatal("accepted a request its requester had closed")
+	}
+	g := ctxOf(ctx).ep.cm.Load()
+	g.mu.Lock()
+	n := len(g.waiters)
+	g.mu.Unlock()
+	if n != 0 {
+		t.Errorf("%d watches left after the failed Accept", n)
+	}
+	if st := s.qp.State(); st != verbs.QPError && st != verbs.QPInit {
+		t.Errorf("QP left in %v", st)
+	}
+}
+
+// A request for another GID is rejected, and Accept goes on waiting for
+// the next one: a stray request does not end a server.
+func TestCMAcceptStrayRequest(t *testing.T) {
+	needDevices(t)
+	ctx := openTest(t)
+	l, err := ListenCM(ctx, nil, 5003, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	x := newRawCM(t, LocalAddr(ctx))
+	req := x.req(5003, netip.MustParseAddr("192.0.2.7"))
+	x.send(req[:])
+	s := newSide(t, ctx, 4096)
+	actx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if _, err := l.Accept(actx, s.qp); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Accept after a stray request: %v, want it to wait on (deadline exceeded)", err)
+	}
+	if m := x.recv(); m.Attr() != ibcm.AttrREJ || (ibcm.REJ{MAD: m}).Reason() != ibcm.RejInvalidGID {
+		t.Fatalf("stray request answered with %v", m.Attr())
+	}
+	if st := s.qp.State(); st != verbs.QPInit {
+		t.Errorf("QP left in %v", st)
+	}
+}

@@ -464,7 +464,13 @@ func (e *Engine) Input(b []byte, from netip.AddrPort, replyTo netip.AddrPort, no
 	case AttrMRA:
 		r := MRA{m}
 		if (c.State == StateReqSent && r.MRAed() == MsgREQ) || (c.State == StateRepSent && r.MRAed() == MsgREP) {
-			// The peer needs time: wait its service timeout as well.
+			// The peer needs time: wait its service timeout as well. Each
+			// MRA uses up a retry, so a peer that keeps sending them
+			// cannot hold the connection (and its waiter) forever.
+			if c.retries >= e.cfg.Retries {
+				return Event{}, nil // the deadline already set stands
+			}
+			c.retries++
 			c.deadline = now + e.cfg.Timeout + time.Duration(4096<<min(r.ServiceTimeout(), 24))
 		}
 	case AttrREJ:

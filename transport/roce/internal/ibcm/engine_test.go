@@ -337,3 +337,38 @@ func TestReplyPort(t *testing.T) {
 		t.Fatal(got)
 	}
 }
+
+// A peer that keeps sending MRAs cannot keep a connection waiting
+// forever: each MRA uses up a retry, so once they are spent the deadline
+// stops moving and passing it ends the connection with a timeout.
+func TestMRAFlood(t *testing.T) {
+	a, b := newEngine(16), newEngine(17)
+	b.Listen(7174)
+	ca, _ := a.Connect(connectParams(), 1)
+	req := a.Outbox()[0]
+	if _, err := b.Input(req.MAD[:], addrA, addrA, 2); err != nil {
+		t.Fatal(err)
+	}
+	b.Outbox()
+	// The REQ again: b answers with an MRA.
+	if _, err := b.Input(req.MAD[:], addrA, addrA, 3); err != nil {
+		t.Fatal(err)
+	}
+	mra := b.Outbox()[0]
+	now := time.Duration(4)
+	var evs []Event
+	for i := 0; i < 100; i++ {
+		// Each MRA comes just before the deadline.
+		if _, err := a.Input(mra.MAD[:], addrB, addrB, now); err != nil {
+			t.Fatal(err)
+		}
+		now = a.Next() - 1
+		if evs = a.Tick(now, evs[:0]); len(evs) != 0 || ca.State != StateReqSent {
+			t.Fatalf("MRA %d: %v %v", i, evs, ca.State)
+		}
+	}
+	a.Tick(a.Next()+1, evs[:0])
+	if ca.State != StateFailed || !errors.Is(ca.Err, ErrTimeout) {
+		t.Fatalf("after 100 MRAs and the deadline: %v (%v), want failed with a timeout", ca.State, ca.Err)
+	}
+}
