@@ -220,3 +220,19 @@ func TestDirtyHeld(t *testing.T) {
 		t.Fatalf("a put over clean space has clears %v, holds %v", e.reps[0].clear, e.holds)
 	}
 }
+
+// A put's writes stop before its read lease on the version it replaces
+// runs out when they clear that version's headers (a late clear would
+// land in space the master may have handed to another value), and
+// before half the put's own TTL otherwise.
+func TestWriteWithin(t *testing.T) {
+	s := &Store{leaseTTL: 10 * time.Second, putTTL: 60 * time.Second}
+	if got := s.writeWithin(make([][]Location, 3)); got != 30*time.Second {
+		t.Fatalf("nothing to clear: %v, want 30s", got)
+	}
+	prev := make([][]Location, 3)
+	prev[1] = []Location{{}}
+	if got := s.writeWithin(prev); got != 9*time.Second {
+		t.Fatalf("headers to clear: %v, want 9s (within the 10s lease)", got)
+	}
+}

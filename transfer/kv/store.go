@@ -612,8 +612,7 @@ func (s *Store) PutMRBatch(ctx context.Context, keys [][]byte, values []Buf) err
 	if d.Finish() != nil {
 		return fmt.Errorf("%w: malformed answer", rpc.ErrProtocol)
 	}
-	// Writes must land well before the master may take the space back.
-	wctx, cancel := context.WithDeadline(ctx, start.Add(s.putTTL/2))
+	wctx, cancel := context.WithDeadline(ctx, start.Add(s.writeWithin(prev)))
 	defer cancel()
 	failed := s.writeSlots(wctx, keys, values, vers, locs, clears, prev, errs)
 	// Done with the current versions (their releases go with the commit).
@@ -690,6 +689,21 @@ func (s *Store) oneSlice() int {
 // the values and the versions (cache.go says why), and the headers of the
 // key's current version (prev) set to 0. It returns per key the first
 // failure.
+// writeWithin is how long after a put began its writes may still land:
+// well before the master may take the new slots back (putTTL), and,
+// where the batch clears the current versions' headers (prev), before
+// this put's read lease on them runs out (LeaseTTL): a clear that landed
+// after it could zero part of another value written there meanwhile.
+func (s *Store) writeWithin(prev [][]Location) time.Duration {
+	within := s.putTTL / 2
+	for _, p := range prev {
+		if len(p) > 0 {
+			return min(within, s.leaseTTL*9/10)
+		}
+	}
+	return within
+}
+
 func (s *Store) writeSlots(ctx context.Context, keys [][]byte, values []Buf, vers []uint64, locs [][]Location, clears [][][]extent, prev [][]Location, errs []error) []error {
 	fail := func(err error) []error {
 		failed := make([]error, len(keys))
