@@ -61,16 +61,17 @@ func (cd *ctxDriver) Progress(cq *soft.CQ) {
 	if ls == nil {
 		return
 	}
-	idle := false
+	polled, busy := false, false
 	for _, l := range *ls {
 		if s, r := l.qp.CQs(); s == cq || r == cq {
-			idle = !l.poll() || idle
+			polled, busy = true, l.poll() || busy
 		}
 	}
-	if idle {
-		// As the reader's busy poll does (reader.go): on a host with
-		// more busy threads than cores, the one this poll waits for may
-		// need this CPU.
+	if polled && !busy {
+		// None of the CQ's links had anything (one that did keeps the
+		// CPU). As the reader's busy poll does (reader.go): on a host
+		// with more busy threads than cores, the one this poll waits for
+		// may need this CPU.
 		sys.Yield()
 	}
 }
