@@ -531,18 +531,7 @@ func (qp *QP) PostSend(wrs []SendWR) error {
 	qp.mu.Lock()
 	if qp.state == QPError {
 		qp.mu.Unlock()
-		// Work requests are still checked for what makes them work
-		// requests at all; each valid one completes with WRFlush.
-		for i := range wrs {
-			if wrs[i].Opcode > OpFetchAndAdd {
-				return postErr(i, ErrInvalidArgument, "unknown opcode %d", wrs[i].Opcode)
-			}
-			e := SendEntry{WR: wrs[i]}
-			qp.cmu.Lock()
-			qp.emitSend(&e, StatusWRFlush)
-			qp.cmu.Unlock()
-		}
-		return nil
+		return qp.flushPosted(wrs, &qp.cmu)
 	}
 	if qp.state != QPRTS {
 		s := qp.state
@@ -555,6 +544,27 @@ func (qp *QP) PostSend(wrs []SendWR) error {
 		qp.drv.PostSend()
 	}
 	return err
+}
+
+// flushPosted completes work requests posted to a QP in ERROR with
+// WRFlush, each under mu when given (else the caller holds the
+// completion lock). They are still checked for what makes them work
+// requests at all: an unknown opcode fails the post at its index.
+func (qp *QP) flushPosted(wrs []SendWR, mu *sync.Mutex) error {
+	for i := range wrs {
+		if wrs[i].Opcode > OpFetchAndAdd {
+			return postErr(i, ErrInvalidArgument, "unknown opcode %d", wrs[i].Opcode)
+		}
+		e := SendEntry{WR: wrs[i]}
+		if mu != nil {
+			mu.Lock()
+		}
+		qp.emitSend(&e, StatusWRFlush)
+		if mu != nil {
+			mu.Unlock()
+		}
+	}
+	return nil
 }
 
 // prepareAll prepares wrs in order until one fails; it returns how
@@ -579,14 +589,7 @@ func (qp *QP) postLocked(wrs []SendWR) error {
 	case QPRTS:
 	case QPError:
 		defer qp.xl.Unlock()
-		for i := range wrs {
-			if wrs[i].Opcode > OpFetchAndAdd {
-				return postErr(i, ErrInvalidArgument, "unknown opcode %d", wrs[i].Opcode)
-			}
-			e := SendEntry{WR: wrs[i]}
-			qp.emitSend(&e, StatusWRFlush)
-		}
-		return nil
+		return qp.flushPosted(wrs, nil)
 	default:
 		qp.xl.Unlock()
 		return postErr(0, ErrInvalidState, "QP is %s, send needs RTS", s)
