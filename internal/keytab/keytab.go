@@ -288,13 +288,14 @@ func (t Table) LookupCached(key uint32, c *Cache) (Entry, bool) {
 // LookupPin is LookupCached that also returns the key's Pin (c may be
 // nil: no cache).
 func (t Table) LookupPin(key uint32, c *Cache) (Entry, Pin, bool) {
-	if c != nil && c.so != 0 && c.key == key && sys.Load32(t.b, c.so+oSeq) == c.seq {
-		return c.e, Pin{so: c.so, seq: c.seq}, true
+	if c != nil {
+		e, p, ok := t.LookupRef(key, c)
+		if !ok {
+			return Entry{}, Pin{}, false
+		}
+		return *e, p, true
 	}
 	e, so, seq, ok := t.lookup(key)
-	if ok && c != nil {
-		*c = Cache{key: key, seq: seq, so: so, e: e}
-	}
 	return e, Pin{so: so, seq: seq}, ok
 }
 
