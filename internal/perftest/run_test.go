@@ -203,8 +203,13 @@ func TestUnreachable(t *testing.T) {
 	}
 	start := time.Now()
 	err = Run(context.Background(), o, Env{Stdout: &syncBuffer{}})
-	want := "cannot reach server 127.0.0.1:" + strconv.Itoa(port) + ": connection refused (no server on that port; " +
-		"a perftest server run with -R or -z listens through rdma_cm, which this build of rdmakit perf speaks only on roce devices (-d roceN with -R or -z; build with -tags ibverbs for RDMA NICs): run it without -R or -z)"
+	// The hint depends on the build: with -tags ibverbs this side can speak
+	// rdma_cm itself, so it asks for the same flag instead.
+	hint := "a perftest server run with -R or -z listens through rdma_cm, which this build of rdmakit perf speaks only on roce devices (-d roceN with -R or -z; build with -tags ibverbs for RDMA NICs): run it without -R or -z)"
+	if rcmFirst == "ibverbs" {
+		hint = "a perftest server run with -R or -z listens through rdma_cm: give this side the same flag)"
+	}
+	want := "cannot reach server 127.0.0.1:" + strconv.Itoa(port) + ": connection refused (no server on that port; " + hint
 	if err == nil || err.Error() != want {
 		t.Errorf("error %v, want %q", err, want)
 	}
