@@ -89,8 +89,9 @@ for size in $SIZES; do
       "$OUT/rdmakit" kv bench --device shm0 --size "$size" --clients "$c" --ops "$ops" --keys 100 --copy --tests get >"$OUT/kvcopy-$size-$c-$t.txt"
       # The ceiling of a GET over tcp0: the engine's bare one-sided Read
       # of the same size, one at a time per client (no master, no version
-      # check), between two nodes of one process as in kv bench.
-      "$OUT/rdmakit" transfer bench --device tcp0 --threads "$c" --batch-size 1 --block-size "$size" --duration 1s >"$OUT/read-$size-$c-$t.txt"
+      # check), between two nodes of one process as in kv bench, over 100
+      # values' worth of memory in turn (as cold in the caches as 100 keys).
+      "$OUT/rdmakit" transfer bench --device tcp0 --threads "$c" --batch-size 1 --block-size "$size" --buffer-size $((100 * size)) --duration 1s >"$OUT/read-$size-$c-$t.txt"
       awk -v s="$size" -v c="$c" -v t="$t" '/^Test completed/{d=$4; n=$8; sub(",", "", n); print s"\t"c"\tread-tcp0\tGET\t"t"\t"n/d}' "$OUT/read-$size-$c-$t.txt" >>"$RAW"
       awk -v s="$size" -v c="$c" -v t="$t" '/^GET:/{print s"\t"c"\tkv-shm0-copy\tGET\t"t"\t"$2}' "$OUT/kvcopy-$size-$c-$t.txt" >>"$RAW"
     done
