@@ -14,7 +14,11 @@
 # rdmakit kv bench PUT and GET (100 keys, a store node started by the
 # bench in its own process, clients each their own node) over shm0 and
 # over tcp0, in registered memory (zero-copy, the store's own API) and,
-# for GET, with the []byte API (--copy: one more copy per value). Each cell
+# for GET, with the []byte API (--copy: one more copy per value); and, as
+# the ceiling of a GET over tcp0, rdmakit transfer bench's bare Read of one
+# value per client at a time over tcp0 (last column: its ops/s over
+# Redis's GET; kv tcp0 GET adds the master's RPC or the version check to
+# it). Each cell
 # is the median of TRIALS runs, with the range; the ratio is rdmakit's
 # median over Redis's. Operations per run: min(50000, max(1000, 512 MiB /
 # size)). The machine is shared with other work: numbers move between
@@ -83,6 +87,12 @@ for size in $SIZES; do
         awk -v s="$size" -v c="$c" -v t="$t" -v d="$dev" '/^(PUT|GET):/{sub(":","",$1); print s"\t"c"\tkv-"d"\t"$1"\t"t"\t"$2}' "$OUT/kv-$dev-$size-$c-$t.txt" >>"$RAW"
       done
       "$OUT/rdmakit" kv bench --device shm0 --size "$size" --clients "$c" --ops "$ops" --keys 100 --copy --tests get >"$OUT/kvcopy-$size-$c-$t.txt"
+      # The ceiling of a GET over tcp0: the engine's bare one-sided Read
+      # of the same size, one at a time per client (no master, no version
+      # check), between two nodes of one process as in kv bench, over 100
+      # values' worth of memory in turn (as cold in the caches as 100 keys).
+      "$OUT/rdmakit" transfer bench --device tcp0 --threads "$c" --batch-size 1 --block-size "$size" --buffer-size $((100 * size)) --duration 1s >"$OUT/read-$size-$c-$t.txt"
+      awk -v s="$size" -v c="$c" -v t="$t" '/^Test completed/{d=$4; n=$8; sub(",", "", n); print s"\t"c"\tread-tcp0\tGET\t"t"\t"n/d}' "$OUT/read-$size-$c-$t.txt" >>"$RAW"
       awk -v s="$size" -v c="$c" -v t="$t" '/^GET:/{print s"\t"c"\tkv-shm0-copy\tGET\t"t"\t"$2}' "$OUT/kvcopy-$size-$c-$t.txt" >>"$RAW"
     done
   done
@@ -104,8 +114,8 @@ def cell(k):
 def gbs(k):
     x = v.get(k)
     return f"{statistics.median(x)*k[0]/1e9:.2f}" if x else "n/a"
-print("| value | clients | op | Redis ops/s | memcached ops/s | kv shm0 ops/s | kv tcp0 ops/s | kv shm0 []byte ops/s | shm0/Redis | tcp0/Redis | shm0/memcached | tcp0/memcached | shm0 GB/s |")
-print("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+print("| value | clients | op | Redis ops/s | memcached ops/s | kv shm0 ops/s | kv tcp0 ops/s | kv shm0 []byte ops/s | shm0/Redis | tcp0/Redis | shm0/memcached | tcp0/memcached | shm0 GB/s | tcp0 Read/Redis |")
+print("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 for (s, c) in sorted({(k[0], k[1]) for k in v}):
     for test in ("GET", "PUT"):
         r, rs = cell((s, c, "redis", test))
@@ -115,7 +125,7 @@ for (s, c) in sorted({(k[0], k[1]) for k in v}):
         mc, ms = cell((s, c, "memcached", test))
         ratio = lambda x, y: f"{x/y:.2f}x" if x and y else "n/a"
         size = f"{s//1048576} MiB" if s >= 1048576 else f"{s//1024} KiB"
-        print(f"| {size} | {c} | {test} | {rs} | {ms} | {as_} | {bs} | {cs if test=='GET' else ''} | {ratio(a, r)} | {ratio(b, r)} | {ratio(a, mc)} | {ratio(b, mc)} | {gbs((s, c, 'kv-shm0', test))} |")
+        print(f"| {size} | {c} | {test} | {rs} | {ms} | {as_} | {bs} | {cs if test=='GET' else ''} | {ratio(a, r)} | {ratio(b, r)} | {ratio(a, mc)} | {ratio(b, mc)} | {gbs((s, c, 'kv-shm0', test))} | {ratio(cell((s, c, 'read-tcp0', test))[0], r) if test == 'GET' else ''} |")
 EOF
 cat "$OUT/table.md"
 log "raw results in $RAW"

@@ -27,16 +27,14 @@ package kv
 // read this way by a client that kept its location: it is a value a Put
 // committed, whole.
 //
-// Over shm0 and tcp0 the two Reads go in one batch, the header's fenced
-// after the value's on the same QP (transfer.Request.After; inOrder);
-// elsewhere, and for values over one slice, in two batches. Over tcp0 the
-// fenced Read is one more round trip through the transport, which pays
-// only while few Gets run at once in the process (getsNow) and for
-// values up to maxKeptTCP (keep). Measured over tcp0 on 2 shared
-// cores (kv bench GET, old and new builds back to back, 2026-11-30): one
-// client went from 5.5-8.8k to 10.4-11.4k ops/s at 256 KiB; keeping
-// locations for every Get, eight clients in one process fell (256 KiB:
-// 5.9-6.8k to 5.1-6.4k; 1 MiB: 3.0-4.0k to 2.3-2.5k).
+// Over shm0 the two Reads go in one batch, the header's fenced after the
+// value's on the same QP (transfer.Request.After; inOrder); elsewhere, and
+// for values over one slice, in two batches. Over tcp0 the fenced Read is
+// one more round trip through the transport: there a kept location is
+// read speculatively instead, while the master is asked (speculate, below:
+// the RPC and the Read overlap), and only while few Gets run at once in
+// the process (getsNow); with more, every Get goes through the master as
+// without a kept location.
 //
 // The cache is a map under a mutex, bounded by maxCached keys (one is
 // dropped for each added beyond). Methods run on the caller's goroutine.
@@ -97,41 +95,39 @@ func (s *Store) transport(ctx context.Context, segment string) string {
 	return tr
 }
 
-// keep reports whether the location of a value of size bytes in segment
-// is worth keeping: everywhere but over tcp0 for a value over maxKeptTCP
-// or one slice (over one slice the two Reads go in two batches).
-func (s *Store) keep(ctx context.Context, segment string, size int) bool {
-	tr := s.transport(ctx, segment)
-	return tr != "" && (tr != "tcp" || size <= min(maxKeptTCP, s.oneSlice()))
+// keep reports whether the location of a value in segment is worth
+// keeping: wherever the transport that reaches it is known. It is read
+// without the master where validated says so, else speculatively while
+// the master is asked (speculate).
+func (s *Store) keep(ctx context.Context, segment string) bool {
+	return s.transport(ctx, segment) != ""
 }
 
-// maxKeptTCP is the largest value whose location a client keeps over
-// tcp0. kv bench GET over tcp0, one client, old (every Get through the
-// master) and new builds back to back on 2 shared cores: 256 KiB 5.8-6.4k
-// to 10.1-10.8k ops/s, 512 KiB 4.0-5.0k to 6.7-6.9k, but 1 MiB 3.2-3.6k
-// to 2.8-3.5k (five pairs; bench/kv-vs-redis.sh: 2.5k, 3.0k and 3.5k
-// in three runs against 3.6k and 3.7k in two): there the fenced header
-// Read after the value's costs as much as the master's RPC, or more.
-const maxKeptTCP = 512 << 10
+// validated reports whether a kept location in segment is read without
+// the master (checked by its header): everywhere but over tcp0, where it
+// is read speculatively (speculate).
+func (s *Store) validated(ctx context.Context, segment string) bool {
+	tr := s.transport(ctx, segment)
+	return tr != "" && tr != "tcp"
+}
 
 // getsNow counts the GetMRBatch calls of this process in progress. Over
-// tcp0 a Get reads without the master only while at most maxTCPDirect
-// are: the fenced header Read is a round trip through the tcp transport
-// (the holder's reader and then ours woken through Go's network poller,
-// our completion goroutine through a futex) which, with one Get at a
-// time, costs less than the master's RPC (over its Unix socket: one
-// goroutine woken at each end) but with many in one process costs more,
-// every wake-up waiting its turn. kv bench over tcp0, 2 cores, 8 clients:
-// 1 MiB values, mean per Get, the master's RPC 0.57 ms and the value's
-// Read 1.17 ms against 1.26 ms for the value's Read and 1.01 ms for the
-// header's (two batches) or 2.16 ms for both fenced in one batch, 4.5k
-// against 3.6k GET/s; 256 KiB, 10.8-11.2k GET/s with every Get through
-// the master, 10.3-10.7k with at most one at a time without it, 9.4-10.0k
-// with two.
+// tcp0 a Get reads a kept location speculatively only while at most
+// maxTCPDirect are: with one Get at a time the RPC and the Read overlap
+// on the two sides of the process (the master's goroutine and the
+// transport's), but with many the process is busy anyway and a kept
+// location gone stale (another client replaced the value) costs a Read
+// for nothing: kv bench, 8 clients in one process, 1 MiB values, 2000
+// Gets over 100 keys whose last Puts were spread over the clients, 2
+// shared cores: GET 3.6k ops/s through the master, 2.7k speculating.
+// (Reading with the header check instead, fenced after the value, cost
+// more than the master's RPC there: 1 MiB, mean per Get, the RPC 0.57 ms
+// and the value's Read 1.17 ms against 2.16 ms for both Reads fenced in
+// one batch.)
 var getsNow atomic.Int32
 
 // direct reports whether a Get may now read a location it kept in segment
-// without the master (see getsNow).
+// before the master answers (see getsNow).
 func (s *Store) direct(ctx context.Context, segment string) bool {
 	return getsNow.Load() <= maxTCPDirect() || s.transport(ctx, segment) != "tcp"
 }
@@ -246,8 +242,8 @@ func (s *Store) getCached(ctx context.Context, keys [][]byte, dsts []Buf, pendin
 			s.cache.drop(k)
 			continue
 		}
-		if !s.direct(ctx, c.locs[0].Segment) {
-			continue // through the master (kept: next time, maybe)
+		if !s.validated(ctx, c.locs[0].Segment) {
+			continue // read while the master is asked (speculate)
 		}
 		idx = append(idx, i)
 		cl = append(cl, c)
@@ -315,5 +311,100 @@ func (s *Store) getCached(ctx context.Context, keys [][]byte, dsts []Buf, pendin
 		}
 		sizes[i], pending[i] = cl[j].size, false
 		s.touch(keys[i])
+	}
+}
+
+// A speculative Get: the keys getCached left pending whose locations this
+// client keeps are read from there while the master is asked (its RPC and
+// the Reads overlap), and a read is kept only if the master's answer
+// names the same version, at the location read, with the same size.
+// Otherwise the key is read again from where the answer says, as without
+// a kept location.
+//
+// Why that is whole: versions are unique for the store's life, and a
+// location is kept only once the master answered or committed its
+// version (a Get or this client's Put returned), so the read started
+// after that version was committed to that slot. The master's answer
+// says the version was still the key's value when it was given, and the
+// slot of a key's value is neither freed nor written while it is (a put
+// writes only into space the master placed it in, never into a current
+// version's slot); from then on the answer's read lease keeps it, as for
+// any Get through the master (the read must end within 9/10 of the lease,
+// counted from before the request, or the Get is tried again). So no byte
+// of the slot was written while it was read. And the value is the one
+// current when the master answered, during the Get: as fresh as without
+// the speculation.
+//
+// It serves tcp0 (validated), where the header's Read, fenced after the
+// value's, is one more round trip through the transport: a Get takes the
+// longer of the master's RPC and the Read instead of the sum of two
+// round trips. kv bench GET over tcp0, one client, 256 KiB, 2 shared
+// cores, old and new builds alternating, five runs each (2026-11-30):
+// 10.7k (9.8k-11.2k) ops/s and p50 84 µs with the header check, 12.3k
+// (11.8k-12.7k) and 74 µs speculating. With the store node in the
+// same process, as kv bench runs it: the master's goroutine answers on
+// one core while the transport's move the value on the other.
+
+// spec is the speculative reads of one Get call.
+type spec struct {
+	b    *transfer.Batch // nil: none
+	idx  []int           // the keys read, in request order
+	cl   []cachedLoc
+	kept int // reads kept (settle)
+}
+
+// speculate starts reading the pending keys whose locations this client
+// keeps (into their destinations); wait must be called before those are
+// used again.
+func (s *Store) speculate(ctx context.Context, keys [][]byte, dsts []Buf, pending []bool) *spec {
+	sp := &spec{}
+	var reqs []transfer.Request
+	for i, k := range keys {
+		if !pending[i] {
+			continue
+		}
+		c, ok := s.cache.get(k)
+		if !ok || c.size > dsts[i].Len || !s.direct(ctx, c.locs[0].Segment) {
+			continue
+		}
+		sp.idx = append(sp.idx, i)
+		sp.cl = append(sp.cl, c)
+		reqs = append(reqs, transfer.Request{Op: transfer.Read, Local: dsts[i].MR, LocalOffset: dsts[i].Offset,
+			Segment: c.locs[0].Segment, Offset: c.locs[0].Offset, Length: c.size})
+	}
+	if len(reqs) == 0 {
+		return sp
+	}
+	b, err := s.node.Submit(ctx, reqs)
+	if err != nil {
+		return &spec{} // (a segment gone: the master will say where)
+	}
+	sp.b = b
+	return sp
+}
+
+// wait waits until the speculative reads are done (their destinations are
+// no longer written).
+func (sp *spec) wait(ctx context.Context) {
+	if sp != nil && sp.b != nil {
+		sp.b.Wait(context.WithoutCancel(ctx))
+	}
+}
+
+// settle marks done (pending false) the keys whose speculative read
+// completed and matches the master's answer: version vers[i], size
+// sizes[i], the location read among locs[i]. Call it after wait.
+func (sp *spec) settle(pending []bool, errs []error, vers []uint64, sizes []int, locs [][]Location) {
+	if sp == nil || sp.b == nil {
+		return
+	}
+	for j, i := range sp.idx {
+		c := sp.cl[j]
+		if st, _ := sp.b.Status(j); st != transfer.Completed || !pending[i] || errs[i] != nil ||
+			vers[i] != c.ver || sizes[i] != c.size || !slices.Contains(locs[i], c.locs[0]) {
+			continue
+		}
+		pending[i] = false
+		sp.kept++
 	}
 }

@@ -10,19 +10,20 @@ import (
 )
 
 // TestCachedGetValidated: a client that read a key keeps its location
-// and reads it again without the master; once the value is replaced,
-// removed, or evicted and its space reused by values laid out differently,
-// such a read must not return the bytes now there (the header check; with
-// it removed this test fails).
+// and reads it again without the master (over tcp0: while it asks the
+// master, speculate); once the value is replaced, removed, or evicted and
+// its space reused by values laid out differently, such a read must not
+// return the bytes now there (the header check, or over tcp0 the check
+// against the master's answer; with either removed this test fails).
 func TestCachedGetValidated(t *testing.T) {
-	// shm0 and tcp0, default slices: the header Read fenced after the
-	// value's in one batch; shm0 with 64 KiB slices: the values are over
-	// one slice, two batches (as over RDMA devices; tcp0 keeps no
-	// locations of such values).
+	// shm0 and tcp0, default slices: over shm0 the header Read fenced
+	// after the value's in one batch; shm0 with 64 KiB slices: the values
+	// are over one slice, two batches (as over RDMA devices); tcp0 with
+	// 64 KiB slices: speculative reads of several slices.
 	for _, c := range []struct {
 		dev   string
 		slice int
-	}{{"shm0", 0}, {"tcp0", 0}, {"shm0", 64 << 10}} {
+	}{{"shm0", 0}, {"tcp0", 0}, {"shm0", 64 << 10}, {"tcp0", 64 << 10}} {
 		t.Run(fmt.Sprint(c.dev, "-slice", c.slice), func(t *testing.T) { testCachedGetValidated(t, c.dev, c.slice) })
 	}
 }
@@ -53,12 +54,17 @@ func testCachedGetValidated(t *testing.T, dev string, slice int) {
 		t.Fatal("location not kept after a get")
 	}
 	before, _ := c1.Stats(ctx)
+	spec := c1.specKept.Load()
 	for i := 0; i < 20; i++ {
 		if v, err := get("a"); err != nil || !bytes.Equal(v, a) {
 			t.Fatalf("cached get: %v", err)
 		}
 	}
-	if after, _ := c1.Stats(ctx); after.Leases != before.Leases {
+	if dev == "tcp0" {
+		if n := c1.specKept.Load() - spec; n != 20 {
+			t.Fatalf("%d of 20 gets kept their speculative reads", n)
+		}
+	} else if after, _ := c1.Stats(ctx); after.Leases != before.Leases {
 		t.Fatalf("cached gets took leases: %d then %d", before.Leases, after.Leases)
 	}
 	// Replaced by another client: the new value at once.
@@ -102,13 +108,14 @@ func testCachedGetValidated(t *testing.T, dev string, slice int) {
 }
 
 // TestCachedGetTCPPolicy: over tcp0 a client keeps the locations of
-// values up to maxKeptTCP only, and reads them without the master only
-// while at most maxTCPDirect Gets of the process are in progress.
+// values of every size, reads none of them with the header check, and
+// reads them speculatively only while at most maxTCPDirect Gets of the
+// process are in progress.
 func TestCachedGetTCPPolicy(t *testing.T) {
 	ctx := context.Background()
 	ss := cluster(t, "tcp0", 1, 4<<20, nil)
 	c := client(t, "tcp0", ss[0].Addr())
-	small, big := value(1, maxKeptTCP), value(2, maxKeptTCP+1)
+	small, big := value(1, 4<<10), value(2, 1<<20)
 	for k, v := range map[string][]byte{"small": small, "big": big} {
 		if err := ss[0].Put(ctx, []byte(k), v); err != nil {
 			t.Fatal(err)
@@ -116,26 +123,31 @@ func TestCachedGetTCPPolicy(t *testing.T) {
 		if got, err := c.Get(ctx, []byte(k)); err != nil || !bytes.Equal(got, v) {
 			t.Fatalf("get %s: %v", k, err)
 		}
-	}
-	if _, ok := c.cache.get([]byte("small")); !ok {
-		t.Fatal("a value of maxKeptTCP bytes: location not kept")
-	}
-	if _, ok := c.cache.get([]byte("big")); ok {
-		t.Fatal("a value over maxKeptTCP: location kept over tcp0")
-	}
-	l, _ := c.cache.get([]byte("small"))
-	if !c.direct(ctx, l.locs[0].Segment) {
-		t.Fatal("no Get in progress: not read without the master")
+		l, ok := c.cache.get([]byte(k))
+		if !ok {
+			t.Fatalf("%s: location not kept", k)
+		}
+		if c.validated(ctx, l.locs[0].Segment) {
+			t.Fatalf("%s: read with the header check over tcp0", k)
+		}
+		spec := c.specKept.Load()
+		if got, err := c.Get(ctx, []byte(k)); err != nil || !bytes.Equal(got, v) {
+			t.Fatalf("get %s again: %v", k, err)
+		}
+		if c.specKept.Load() != spec+1 {
+			t.Fatalf("%s: the speculative read not kept", k)
+		}
 	}
 	// As if called in a Get while maxTCPDirect others are in progress.
 	getsNow.Add(maxTCPDirect() + 1)
 	defer getsNow.Add(-maxTCPDirect() - 1)
-	if c.direct(ctx, l.locs[0].Segment) {
-		t.Fatalf("%d Gets in progress: read without the master", getsNow.Load())
-	}
+	spec := c.specKept.Load()
 	// Through the master then, still whole, and the location still kept.
 	if got, err := c.Get(ctx, []byte("small")); err != nil || !bytes.Equal(got, small) {
 		t.Fatalf("get through the master: %v", err)
+	}
+	if c.specKept.Load() != spec {
+		t.Fatalf("%d Gets in progress: read speculatively", getsNow.Load())
 	}
 	if _, ok := c.cache.get([]byte("small")); !ok {
 		t.Fatal("location dropped")

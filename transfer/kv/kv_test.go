@@ -384,8 +384,8 @@ func TestAllocator(t *testing.T) {
 
 // TestConcurrentSameKeys: writers, readers and removers on the same few
 // keys; every value read is whole (one Put's bytes, never a mix).
-// Over tcp0 as well (Gets without the master there too, the header Read
-// fenced after the value's in one batch, for values up to maxKeptTCP).
+// Over tcp0 as well (Gets there read kept locations while they ask the
+// master, speculate).
 func TestConcurrentSameKeys(t *testing.T) {
 	for _, dev := range []string{"shm0", "tcp0"} {
 		t.Run(dev, func(t *testing.T) { testConcurrentSameKeys(t, dev) })

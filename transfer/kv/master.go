@@ -125,10 +125,18 @@ type master struct {
 func newMaster(leaseTTL, putTTL time.Duration) *master {
 	var seed [32]byte
 	crand.Read(seed[:]) // never fails (it panics where it cannot read)
+	ids := rand.NewChaCha8(seed)
 	return &master{
 		leaseTTL: leaseTTL, putTTL: putTTL, maxKeys: 1 << 22,
 		holders: map[string]*holder{}, entries: map[string]*entry{}, pending: map[uint64]*entry{},
-		leases: map[uint64]*lease{}, lru: list.New(), ids: rand.NewChaCha8(seed),
+		leases: map[uint64]*lease{}, lru: list.New(), ids: ids,
+		// Versions start at a random point (in [2^32, 2^62)): a master that
+		// restarts at the same address (without etcd, whose takeover starts
+		// them past every earlier one: ha.go) does not hand out, at the
+		// same places, the versions its predecessor did, which clients
+		// that kept locations would take for the ones they read
+		// (cache.go).
+		next: 1<<32 + ids.Uint64()%(1<<62-1<<32),
 	}
 }
 

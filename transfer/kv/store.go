@@ -177,7 +177,8 @@ type Store struct {
 	released []uint64 // leases to hand back
 	touched  [][]byte // keys read without the master (cache.go), for its LRU
 
-	cache locCache // the locations of values read or written (cache.go)
+	cache    locCache      // the locations of values read or written (cache.go)
+	specKept atomic.Uint64 // speculative reads kept (cache.go; for tests)
 
 	// stMu guards staging.
 	stMu    sync.Mutex
@@ -660,7 +661,7 @@ func (s *Store) PutMRBatch(ctx context.Context, keys [][]byte, values []Buf) err
 		if d.Uint8() == 1 {
 			old, leases = decodeRetired(d, old, leases)
 		}
-		if errs[i] == nil && len(locs[i]) > 0 && s.keep(cctx, locs[i][0].Segment, values[i].Len) {
+		if errs[i] == nil && len(locs[i]) > 0 && s.keep(cctx, locs[i][0].Segment) {
 			s.cache.put(keys[i], cachedLoc{ver: vers[i], size: values[i].Len, locs: locs[i]})
 		}
 	}
@@ -872,17 +873,26 @@ func (s *Store) GetMRBatch(ctx context.Context, keys [][]byte, dsts []Buf) ([]in
 	for i := range pending {
 		pending[i] = true
 	}
-	// The keys whose locations this client keeps: one-sided, no master.
+	// The keys whose locations this client keeps: one-sided, no master
+	// (cache.go), or read while the master is asked (speculate).
+	var sp *spec
 	if s.etcd == nil {
 		// (With the master's table in etcd, a new master does not know
 		// which freed slots' headers are still to clear: no such reads.)
 		s.getCached(ctx, keys, dsts, pending, sizes)
+		if slices.Contains(pending, true) {
+			sp = s.speculate(ctx, keys, dsts, pending)
+		}
 	}
 	for attempt := 0; ; attempt++ {
 		if !slices.Contains(pending, true) {
 			break
 		}
-		expired := s.getOnce(ctx, keys, dsts, pending, sizes, errs)
+		expired := s.getOnce(ctx, keys, dsts, pending, sizes, errs, sp)
+		if sp != nil {
+			s.specKept.Add(uint64(sp.kept))
+			sp = nil
+		}
 		if !expired || attempt == 2 || ctx.Err() != nil {
 			break
 		}
@@ -890,9 +900,10 @@ func (s *Store) GetMRBatch(ctx context.Context, keys [][]byte, dsts []Buf) ([]in
 	return sizes, keyErrors(keys, errs)
 }
 
-// getOnce reads the keys still pending; it reports whether some read
-// outlasted its lease (those stay pending, with ErrLeaseExpired).
-func (s *Store) getOnce(ctx context.Context, keys [][]byte, dsts []Buf, pending []bool, sizes []int, errs []error) bool {
+// getOnce reads the keys still pending, but for those read by sp (if not
+// nil) as the master's answer allows (speculate); it reports whether some
+// read outlasted its lease (those stay pending, with ErrLeaseExpired).
+func (s *Store) getOnce(ctx context.Context, keys [][]byte, dsts []Buf, pending []bool, sizes []int, errs []error, sp *spec) bool {
 	var idx []int
 	req := []byte{opGet, 0, 0}
 	var ks [][]byte
@@ -906,6 +917,9 @@ func (s *Store) getOnce(ctx context.Context, keys [][]byte, dsts []Buf, pending 
 	req = appendKeys(req, ks)
 	start := time.Now()
 	d, err := s.call(ctx, req)
+	// The speculative reads end before anything else is read into their
+	// destinations, or the call returns.
+	sp.wait(ctx)
 	if err != nil {
 		for _, i := range idx {
 			errs[i], pending[i] = err, false
@@ -936,6 +950,7 @@ func (s *Store) getOnce(ctx context.Context, keys [][]byte, dsts []Buf, pending 
 		}
 		return false
 	}
+	sp.settle(pending, errs, vers, sizes, locs)
 	deadline := start.Add(s.leaseTTL * 9 / 10)
 	rctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
@@ -978,7 +993,7 @@ func (s *Store) getOnce(ctx context.Context, keys [][]byte, dsts []Buf, pending 
 		}
 	}
 	for _, i := range idx {
-		if errs[i] == nil && !pending[i] && len(locs[i]) > 0 && s.keep(ctx, locs[i][0].Segment, sizes[i]) {
+		if errs[i] == nil && !pending[i] && len(locs[i]) > 0 && s.keep(ctx, locs[i][0].Segment) {
 			s.cache.put(keys[i], cachedLoc{ver: vers[i], size: sizes[i], locs: locs[i]})
 		}
 	}
