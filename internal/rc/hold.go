@@ -72,6 +72,6 @@ func (h *RemoteHold) Touched(t *Target, n int) {
 func (h *RemoteHold) Leave(t *Target) {
 	if !h.pin.Zero() {
 		t.keys.Leave(h.pin)
-		*h = RemoteHold{}
+		h.pin = keytab.Pin{} // the rest is not looked at without a pin
 	}
 }

@@ -679,7 +679,9 @@ func (qp *QP) DirectLocal(wr *SendWR, m *LocalMemo) (local []byte, ok bool) {
 		*m = LocalMemo{}
 		return nil, false
 	}
-	*m = LocalMemo{key: sg.LKey, write: e.Flags&uint32(AccessLocalWrite) != 0, va: e.VA, mem: region}
+	// Field by field: a composite literal is built on the stack and
+	// copied in 16-byte pieces the CPU cannot forward (half of the call).
+	m.key, m.write, m.va, m.mem = sg.LKey, e.Flags&uint32(AccessLocalWrite) != 0, e.VA, region
 	off := sg.Addr - e.VA
 	return region[off : off+uint64(sg.Length)], true
 }
