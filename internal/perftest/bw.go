@@ -340,11 +340,17 @@ func (b *bwLoop) run() (bwStats, error) {
 					if !noPeak {
 						t = b.now()
 					}
+					// The i-th is signaled when n+i+1 is a multiple of
+					// cqMod: one division per post, not per work request.
+					sig := cqMod - 1 - n%cqMod
 					for i := int64(0); i < k; i++ {
 						w := &wr[i]
 						w.Flags = b.flags
-						if (n+i+1)%cqMod == 0 || (!dur && n+i == b.iters-1) {
+						if i == sig || (!dur && n+i == b.iters-1) {
 							w.Flags |= verbs.SendSignaled
+							if i == sig {
+								sig += cqMod
+							}
 						}
 						w.ID = uint64(q)<<32 | uint64(n+i+1)
 						if !noPeak {
