@@ -59,15 +59,20 @@ func (cq *CQ) Poll(wcs []WorkCompletion) (int, error) {
 	n := 0
 	cq.progress()
 	for n < len(wcs) {
-		// Decoded in place, field by field: no copy of the slot (a
+		// What is there, up to len(wcs), claimed with one CAS of the
+		// head; decoded in place, field by field: no copy of the slot (a
 		// 40-byte copy read back in pieces stalls on store forwarding).
-		pos, b, ok := cq.r.Claim()
-		if !ok {
+		r := &cq.r
+		pos, k := r.ClaimN(len(wcs) - n)
+		if k == 0 {
 			break
 		}
-		decodeWC(b, &wcs[n])
-		cq.r.Release(pos)
-		n++
+		for i := range k {
+			p := pos + uint64(i)
+			decodeWC(r.Slot(p), &wcs[n])
+			r.Release(p)
+			n++
+		}
 	}
 	if s := cq.ctx.stats; s != nil {
 		s.Completions(wcs[:n])

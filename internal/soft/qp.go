@@ -601,6 +601,7 @@ func (qp *QP) postLocked(wrs []SendWR) error {
 		// send queue fails where it did when it was queued.
 		k := min(len(wrs), qp.cap.MaxSendWR)
 		base = qp.dx.PostDirect(wrs[:k])
+		qp.completeDirect(wrs[:base])
 		if base == len(wrs) {
 			qp.xl.Unlock()
 			return nil
@@ -686,17 +687,46 @@ func (qp *QP) DirectLocal(wr *SendWR, m *LocalMemo) (local []byte, ok bool) {
 	return region[off : off+uint64(sg.Length)], true
 }
 
-// DirectDone completes a work request a DirectExecutor executed with
-// success: a completion if it was signaled (or the QP signals all).
-func (qp *QP) DirectDone(wr *SendWR) {
-	if wr.Flags&SendSignaled != 0 || qp.sigAll {
-		qp.directWC(wr)
+// completeDirect delivers the completions of work requests a
+// DirectExecutor executed with success (the signaled ones, or all if the
+// QP signals all), in order, reserving and publishing the CQ's slots for
+// them in batches (one CAS of the CQ's tail for a batch, not one each).
+// xl's lock is held.
+func (qp *QP) completeDirect(wrs []SendWR) {
+	k := len(wrs)
+	if !qp.sigAll {
+		k = 0
+		for i := range wrs {
+			if wrs[i].Flags&SendSignaled != 0 {
+				k++
+			}
+		}
 	}
-}
-
-func (qp *QP) directWC(wr *SendWR) {
-	w := rc.WC{WRID: wr.ID, Opcode: wcOpcodes[wr.Opcode], ByteLen: wr.SGL[0].Length, QPN: qp.num}
-	qp.pushSend(&w)
+	r := &qp.sendCQ.r
+	i := 0
+	for k > 0 {
+		pos, n := r.ReserveN(k)
+		if n == 0 {
+			// The completion was lost (as in pushSend): the CQ reports
+			// overflow, and the QP cannot go on as if nothing happened.
+			r.SetFlag(ring.FlagOverflow)
+			r.Kick()
+			go qp.enterError(true, false)
+			return
+		}
+		for j := range n {
+			for !qp.sigAll && wrs[i].Flags&SendSignaled == 0 {
+				i++
+			}
+			wr := &wrs[i]
+			w := rc.WC{WRID: wr.ID, Opcode: wcOpcodes[wr.Opcode], ByteLen: wr.SGL[0].Length, QPN: qp.num}
+			w.Encode(r.Slot(pos + uint64(j)))
+			i++
+		}
+		r.PublishN(pos, n)
+		r.Notify()
+		k -= n
+	}
 }
 
 // prepare validates wr and appends it; qp.mu (xl's lock) is held.

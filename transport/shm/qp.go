@@ -158,7 +158,6 @@ func (d *qpDriver) PostDirect(wrs []soft.SendWR) int {
 			binary.LittleEndian.PutUint64(local, compareSwap(mem, wr.CompareAdd, wr.Swap))
 		}
 		held.Touched(t, len(local))
-		qp.DirectDone(wr)
 	}
 	held.Leave(t)
 	return n
