@@ -63,15 +63,16 @@ func (cq *CQ) Poll(wcs []WorkCompletion) (int, error) {
 		// head; decoded in place, field by field: no copy of the slot (a
 		// 40-byte copy read back in pieces stalls on store forwarding).
 		r := &cq.r
-		pos, k := r.ClaimN(len(wcs) - n)
-		if k == 0 {
-			break
-		}
+		want := len(wcs) - n
+		pos, k := r.ClaimN(want)
 		for i := range k {
 			p := pos + uint64(i)
 			decodeWC(r.Slot(p), &wcs[n])
 			r.Release(p)
 			n++
+		}
+		if k < want {
+			break // that was all (another consumer's CAS may have cut it short; the next Poll sees the rest)
 		}
 	}
 	if s := cq.ctx.stats; s != nil {
