@@ -33,7 +33,9 @@
 # REPS=3 runs every measurement three times (UCX and rdmakit alternating)
 # and reports the median of each (default 1); TESTS="write_lat send_lat"
 # runs only those rdmakit tests (and their UCX pairs); RDMAKIT_ENV="K=V ..."
-# is put into rdmakit's environment (a knob such as RDMAKIT_TCP_BUSY_POLL).
+# is put into rdmakit's environment (a knob such as RDMAKIT_TCP_BUSY_POLL);
+# RDMAKIT_BIN=path runs that rdmakit binary instead of building this tree's
+# (A/B runs of two revisions against the same UCX).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -52,9 +54,13 @@ if ! command -v ucx_perftest >/dev/null; then
 	DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq ucx-utils >&2
 fi
 
-echo "== building rdmakit" >&2
-go build -o "$OUT/rdmakit" ./cmd/rdmakit
-RDMAKIT="$OUT/rdmakit"
+if [ -n "${RDMAKIT_BIN:-}" ]; then
+	RDMAKIT=$RDMAKIT_BIN
+else
+	echo "== building rdmakit" >&2
+	go build -o "$OUT/rdmakit" ./cmd/rdmakit
+	RDMAKIT="$OUT/rdmakit"
+fi
 
 LOAD0=$(cut -d' ' -f1-3 /proc/loadavg)
 SIZES=${SIZES:-"8 4096 65536 1048576"}

@@ -59,15 +59,21 @@ func (cq *CQ) Poll(wcs []WorkCompletion) (int, error) {
 	n := 0
 	cq.progress()
 	for n < len(wcs) {
-		// Decoded in place, field by field: no copy of the slot (a
+		// What is there, up to len(wcs), claimed with one CAS of the
+		// head; decoded in place, field by field: no copy of the slot (a
 		// 40-byte copy read back in pieces stalls on store forwarding).
-		pos, b, ok := cq.r.Claim()
-		if !ok {
-			break
+		r := &cq.r
+		want := len(wcs) - n
+		pos, k := r.ClaimN(want)
+		for i := range k {
+			p := pos + uint64(i)
+			decodeWC(r.Slot(p), &wcs[n])
+			r.Release(p)
+			n++
 		}
-		decodeWC(b, &wcs[n])
-		cq.r.Release(pos)
-		n++
+		if k < want {
+			break // that was all (another consumer's CAS may have cut it short; the next Poll sees the rest)
+		}
 	}
 	if s := cq.ctx.stats; s != nil {
 		s.Completions(wcs[:n])

@@ -601,6 +601,7 @@ func (qp *QP) postLocked(wrs []SendWR) error {
 		// send queue fails where it did when it was queued.
 		k := min(len(wrs), qp.cap.MaxSendWR)
 		base = qp.dx.PostDirect(wrs[:k])
+		qp.completeDirect(wrs[:base])
 		if base == len(wrs) {
 			qp.xl.Unlock()
 			return nil
@@ -621,57 +622,111 @@ func (qp *QP) postLocked(wrs []SendWR) error {
 	return err
 }
 
+// LocalMemo remembers the local region of the last work request of one
+// PostDirect call that DirectLocal resolved: the region the executor
+// holds (QP.hold), which no Dereg can finish removing while the
+// executor's lock is held. A later work request of the same call on the
+// same key is then checked against the remembered flags and bounds
+// without the key table. A LocalMemo lives for one call (start each
+// call with the zero value); it is not for concurrent use.
+type LocalMemo struct {
+	key   uint32
+	write bool   // the region grants local write access
+	va    uint64 // the region's address
+	mem   []byte // the region's memory, from va
+}
+
 // DirectLocal checks wr for a DirectExecutor (its lock held, the QP in
-// RTS) as prepare would, and resolves its local memory: it returns the
-// memory of its one SGE and that memory's pin. It returns ok false for
-// anything but a Write (inline or not), Read or atomic of one SGE of 1 to
-// rc.ChunkSize bytes whose every local check passes: those go through
-// the send queue, whose path reports the error or handles the case.
-func (qp *QP) DirectLocal(wr *SendWR) (local []byte, pin keytab.Pin, ok bool) {
+// RTS) as prepare would, resolves its local memory and enters it through
+// the executor's hold (see rc.LocalPins): it returns the memory of its
+// one SGE. It returns ok false for anything but a Write (inline or not),
+// Read or atomic of one SGE of 1 to rc.ChunkSize bytes whose every local
+// check passes and whose key is still registered: those go through the
+// send queue, whose path reports the error or handles the case. m carries
+// the call's last region from one work request to the next.
+func (qp *QP) DirectLocal(wr *SendWR, m *LocalMemo) (local []byte, ok bool) {
 	if len(wr.SGL) != 1 || qp.cap.MaxSendSGE < 1 {
-		return nil, pin, false
+		return nil, false
 	}
-	sg := wr.SGL[0]
+	sg := &wr.SGL[0]
 	if sg.Length == 0 || sg.Length > rc.ChunkSize {
-		return nil, pin, false
+		return nil, false
 	}
 	needWrite := true
 	switch wr.Opcode {
 	case OpWrite:
 		needWrite = false
 		if wr.Flags&SendInline != 0 && sg.Length > uint32(qp.cap.MaxInlineData) {
-			return nil, pin, false
+			return nil, false
 		}
 	case OpRead:
 		if wr.Flags&SendInline != 0 {
-			return nil, pin, false
+			return nil, false
 		}
 	case OpCompareAndSwap, OpFetchAndAdd:
 		if wr.Flags&SendInline != 0 || sg.Length != 8 || wr.RemoteAddr&7 != 0 || qp.ctx.info.AtomicCap == AtomicNone {
-			return nil, pin, false
+			return nil, false
 		}
 	default:
-		return nil, pin, false
+		return nil, false
 	}
-	return qp.resolveLocal(sg, needWrite)
+	if m.mem != nil && sg.LKey == m.key && (m.write || !needWrite) {
+		if off, end := sg.Addr-m.va, sg.Addr+uint64(sg.Length); sg.Addr >= m.va && end >= sg.Addr && off+uint64(sg.Length) <= uint64(len(m.mem)) {
+			return m.mem[off : off+uint64(sg.Length)], true
+		}
+	}
+	e, region, pin, ok := qp.localRegion(sg.LKey)
+	if !ok || needWrite && e.Flags&uint32(AccessLocalWrite) == 0 || !inRegion(e, sg) || !qp.ctx.keys.EnterHeld(&qp.hold, pin) {
+		*m = LocalMemo{}
+		return nil, false
+	}
+	// Field by field: a composite literal is built on the stack and
+	// copied in 16-byte pieces the CPU cannot forward (half of the call).
+	m.key, m.write, m.va, m.mem = sg.LKey, e.Flags&uint32(AccessLocalWrite) != 0, e.VA, region
+	off := sg.Addr - e.VA
+	return region[off : off+uint64(sg.Length)], true
 }
 
-// HoldLocal enters the local pin of a direct work request through the
-// executor's hold (see rc.LocalPins); false: its key was removed. The
-// executor's lock is held.
-func (qp *QP) HoldLocal(p keytab.Pin) bool { return qp.ctx.keys.EnterHeld(&qp.hold, p) }
-
-// DirectDone completes a work request a DirectExecutor executed with
-// success: a completion if it was signaled (or the QP signals all).
-func (qp *QP) DirectDone(wr *SendWR) {
-	if wr.Flags&SendSignaled != 0 || qp.sigAll {
-		qp.directWC(wr)
+// completeDirect delivers the completions of work requests a
+// DirectExecutor executed with success (the signaled ones, or all if the
+// QP signals all), in order, reserving and publishing the CQ's slots for
+// them in batches (one CAS of the CQ's tail for a batch, not one each).
+// xl's lock is held.
+func (qp *QP) completeDirect(wrs []SendWR) {
+	k := len(wrs)
+	if !qp.sigAll {
+		k = 0
+		for i := range wrs {
+			if wrs[i].Flags&SendSignaled != 0 {
+				k++
+			}
+		}
 	}
-}
-
-func (qp *QP) directWC(wr *SendWR) {
-	w := rc.WC{WRID: wr.ID, Opcode: wcOpcodes[wr.Opcode], ByteLen: wr.SGL[0].Length, QPN: qp.num}
-	qp.pushSend(&w)
+	r := &qp.sendCQ.r
+	i := 0
+	for k > 0 {
+		pos, n := r.ReserveN(k)
+		if n == 0 {
+			// The completion was lost (as in pushSend): the CQ reports
+			// overflow, and the QP cannot go on as if nothing happened.
+			r.SetFlag(ring.FlagOverflow)
+			r.Kick()
+			go qp.enterError(true, false)
+			return
+		}
+		for j := range n {
+			for !qp.sigAll && wrs[i].Flags&SendSignaled == 0 {
+				i++
+			}
+			wr := &wrs[i]
+			w := rc.WC{WRID: wr.ID, Opcode: wcOpcodes[wr.Opcode], ByteLen: wr.SGL[0].Length, QPN: qp.num}
+			w.Encode(r.Slot(pos + uint64(j)))
+			i++
+		}
+		r.PublishN(pos, n)
+		r.Notify()
+		k -= n
+	}
 }
 
 // prepare validates wr and appends it; qp.mu (xl's lock) is held.
@@ -766,26 +821,40 @@ func (qp *QP) resolveLocal(sg SGE, needWrite bool) ([]byte, keytab.Pin, bool) {
 	if sg.Length == 0 {
 		return nil, keytab.Pin{}, true
 	}
-	e, pin, ok := qp.ctx.keys.LookupRef(sg.LKey, &qp.lcache)
-	if !ok || e.Flags&keytab.FlagRemoteKey != 0 || e.PD != qp.pd.handle {
-		return nil, pin, false
-	}
-	if needWrite && e.Flags&uint32(AccessLocalWrite) == 0 {
-		return nil, pin, false
-	}
-	end := sg.Addr + uint64(sg.Length)
-	if sg.Addr < e.VA || end > e.VA+e.Length || end < sg.Addr {
+	e, region, pin, ok := qp.localRegion(sg.LKey)
+	if !ok || needWrite && e.Flags&uint32(AccessLocalWrite) == 0 || !inRegion(e, &sg) {
 		return nil, pin, false
 	}
 	off := sg.Addr - e.VA
+	return region[off : off+uint64(sg.Length)], pin, true
+}
+
+// localRegion looks up a local key (through the QP's cache) of this QP's
+// PD and returns its entry, the region's memory (from its address) and
+// the key's pin.
+func (qp *QP) localRegion(lkey uint32) (*keytab.Entry, []byte, keytab.Pin, bool) {
+	e, pin, ok := qp.ctx.keys.LookupRef(lkey, &qp.lcache)
+	if !ok || e.Flags&keytab.FlagRemoteKey != 0 || e.PD != qp.pd.handle {
+		return nil, nil, pin, false
+	}
 	if e.Handle != keytab.NoHandle {
-		return qp.ctx.arena.Mem[e.Handle+off : e.Handle+off+uint64(sg.Length)], pin, true
+		mem := qp.ctx.arena.Mem
+		if e.Handle > uint64(len(mem)) || e.Length > uint64(len(mem))-e.Handle {
+			return nil, nil, pin, false
+		}
+		return e, mem[e.Handle : e.Handle+e.Length], pin, true
 	}
 	m := qp.ctx.extMemory(e.Index)
-	if m == nil {
-		return nil, pin, false
+	if uint64(len(m)) < e.Length {
+		return nil, nil, pin, false
 	}
-	return m[off : off+uint64(sg.Length)], pin, true
+	return e, m[:e.Length], pin, true
+}
+
+// inRegion reports whether sg lies in e's region.
+func inRegion(e *keytab.Entry, sg *SGE) bool {
+	end := sg.Addr + uint64(sg.Length)
+	return sg.Addr >= e.VA && end <= e.VA+e.Length && end >= sg.Addr
 }
 
 // PostRecv posts a batch of receive work requests. A QP with an SRQ takes

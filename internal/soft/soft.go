@@ -135,8 +135,8 @@ type LockedExecutor interface {
 // peer's memory). The engine calls PostDirect with the lock held, the QP
 // in RTS and its send queue empty; the transport executes a prefix of wrs
 // that it can complete with success right away, each checked as the
-// engine checks it (QP.DirectLocal), signaled ones completed with
-// QP.DirectDone, and returns its length. The engine posts the rest (the
+// engine checks it (QP.DirectLocal), and returns its length; the engine
+// delivers their completions, in batches. The engine posts the rest (the
 // first work request that needs the queue, waits, or fails, and those
 // after it) the ordinary way, so every error is reported by one code
 // path.

@@ -35,3 +35,25 @@ TEXT ·cpuid(SB), NOSPLIT, $0-24
 	MOVL	CX, c+16(FP)
 	MOVL	DX, d+20(FP)
 	RET
+
+// func copyAVX512(dst, src unsafe.Pointer, n int)
+// n is a positive multiple of 256.
+TEXT ·copyAVX512(SB), NOSPLIT, $0-24
+	MOVQ	dst+0(FP), DI
+	MOVQ	src+8(FP), SI
+	MOVQ	n+16(FP), CX
+loop:
+	VMOVDQU64	0(SI), Z0
+	VMOVDQU64	64(SI), Z1
+	VMOVDQU64	128(SI), Z2
+	VMOVDQU64	192(SI), Z3
+	VMOVDQU64	Z0, 0(DI)
+	VMOVDQU64	Z1, 64(DI)
+	VMOVDQU64	Z2, 128(DI)
+	VMOVDQU64	Z3, 192(DI)
+	ADDQ	$256, SI
+	ADDQ	$256, DI
+	SUBQ	$256, CX
+	JNZ	loop
+	VZEROUPPER
+	RET

@@ -19,28 +19,64 @@ func movsb(dst, src unsafe.Pointer, n int)
 // (see Copy).
 var useMovsb = cpu.X86.HasERMS
 
+// copyAVX512 copies n bytes, a positive multiple of 256, from src to dst
+// with 64-byte loads and stores (cpu_amd64.s); the ranges must not
+// overlap.
+//
+//go:noescape
+func copyAVX512(dst, src unsafe.Pointer, n int)
+
+// useAVX512: the CPU and the OS support AVX-512 (see Copy).
+var useAVX512 = cpu.X86.HasAVX512F
+
 // Copy is copy(dst, src) for the data path of the memory transports.
-// Copies of MovsbMin bytes or more, whose ranges do not overlap, go
-// through REP MOVSB on CPUs with ERMS: on the AMD EPYC (Zen 5) dev host a
-// 64 KiB in-cache copy takes ~510 ns that way against ~680 ns for the
-// runtime's memmove (glibc's memcpy makes the same choice, ~520 ns).
-// Smaller copies, and every copy in race builds (which must see the
+// Copies whose ranges do not overlap go, by size:
+//
+//   - from avx512Min to avx512Max bytes, on CPUs with AVX-512, through a
+//     loop of 64-byte moves: on the AMD EPYC (Zen 5) dev host a 4 KiB
+//     in-cache copy takes ~16 ns that way against ~26 ns for the
+//     runtime's memmove (32-byte moves), 16 KiB ~62 against ~94 ns.
+//     Above 16 KiB the two buffers stop fitting in the first-level cache
+//     together and the loop loses its lead;
+//   - from MovsbMin bytes on, on CPUs with ERMS, through REP MOVSB: a
+//     64 KiB in-cache copy takes ~510 ns that way against ~680 ns for the
+//     runtime's memmove (glibc's memcpy makes the same choice, ~520 ns).
+//
+// Other copies, and every copy in race builds (which must see the
 // accesses), use copy. Like copy, Copy promises nothing about the order in
-// which other CPUs see the bytes (REP MOVSB's stores may become visible
-// out of order): a reader of shared memory needs a separate flag written
-// after it, as it does with copy.
+// which other CPUs see the bytes (these stores may become visible out of
+// order): a reader of shared memory needs a separate flag written after
+// it, as it does with copy.
 func Copy(dst, src []byte) int {
 	n := min(len(dst), len(src))
-	if n < MovsbMin || !useMovsb {
+	if n < avx512Min {
 		return copy(dst, src)
 	}
 	d, s := unsafe.Pointer(unsafe.SliceData(dst)), unsafe.Pointer(unsafe.SliceData(src))
 	if uintptr(d) < uintptr(s)+uintptr(n) && uintptr(s) < uintptr(d)+uintptr(n) {
 		return copy(dst, src) // overlapping: memmove
 	}
-	movsb(d, s, n)
+	switch {
+	case n <= avx512Max && useAVX512:
+		copyAVX512(d, s, n&^255)
+		if r := n & 255; r != 0 {
+			// The last 256 bytes, overlapping what the loop wrote with
+			// the same bytes.
+			copyAVX512(unsafe.Add(d, n-256), unsafe.Add(s, n-256), 256)
+		}
+	case n >= MovsbMin && useMovsb:
+		movsb(d, s, n)
+	default:
+		return copy(dst, src)
+	}
 	return n
 }
+
+// The sizes Copy moves with copyAVX512.
+const (
+	avx512Min = 256
+	avx512Max = 16 << 10
+)
 
 // storeRel64 is a plain store (cpu_amd64.s): on amd64 every store has
 // release order, and the call keeps the compiler from moving memory

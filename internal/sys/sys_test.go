@@ -183,7 +183,7 @@ func TestTicks(t *testing.T) {
 }
 
 func TestCopy(t *testing.T) {
-	for _, n := range []int{0, 1, 8, MovsbMin - 1, MovsbMin, 64 << 10, 300 << 10} {
+	for _, n := range []int{0, 1, 8, 255, 256, 257, 511, 4096, 4096 + 100, 16<<10 - 1, 16 << 10, 16<<10 + 1, MovsbMin - 1, MovsbMin, 64 << 10, 300 << 10} {
 		src := make([]byte, n+64)
 		for i := range src {
 			src[i] = byte(i*7 + 1)

@@ -276,3 +276,60 @@ func TestDirectNoAllocs(t *testing.T) {
 		t.Fatalf("%v allocations per list and atomic", allocs)
 	}
 }
+
+// Work requests of one list on a key the list already used are checked
+// against what the earlier one found (the region's bounds and access),
+// not looked up again; those checks still fail a request they should:
+// past the end of the local or the remote region, a Read into a region
+// without local write access after a Write from it, a Read from a remote
+// region without remote read access after a Write to it.
+func TestDirectSameKeyChecks(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		want verbs.Status
+	}{
+		{"local past the end", verbs.StatusLocalProtection},
+		{"remote past the end", verbs.StatusRemoteAccess},
+		{"read into a region without local write", verbs.StatusLocalProtection},
+		{"read from a region without remote read", verbs.StatusRemoteAccess},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p := newDirectPair(t, 1<<16, 16)
+			a, b := p.A, p.B
+			ro, err := a.PD.AllocMR(4096, verbs.AccessRemoteRead)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wo, err := b.PD.AllocMR(4096, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
+			if err != nil {
+				t.Fatal(err)
+			}
+			lmr, rmr := a.MR, b.MR
+			switch c.name {
+			case "read into a region without local write":
+				lmr = ro
+			case "read from a region without remote read":
+				rmr = wo
+			}
+			wrs := []verbs.SendWR{
+				{ID: 1, Opcode: verbs.OpWrite, Flags: verbs.SendSignaled, SGL: []verbs.SGE{lmr.SGE(0, 8)}, RemoteAddr: rmr.Addr(), RKey: rmr.RKey()},
+				{ID: 2, Opcode: verbs.OpRead, Flags: verbs.SendSignaled, SGL: []verbs.SGE{lmr.SGE(8, 8)}, RemoteAddr: rmr.Addr() + 8, RKey: rmr.RKey()},
+			}
+			switch c.name {
+			case "local past the end":
+				wrs[1].Opcode = verbs.OpWrite
+				wrs[1].SGL[0].Addr = lmr.Addr() + uint64(lmr.Len()) - 4
+			case "remote past the end":
+				wrs[1].Opcode = verbs.OpWrite
+				wrs[1].RemoteAddr = rmr.Addr() + uint64(rmr.Len()) - 4
+			}
+			if err := a.QP.PostSend(wrs); err != nil {
+				t.Fatal(err)
+			}
+			got := pollN(t, a.SCQ, 2)
+			if got[0].Status != verbs.StatusSuccess || got[1].Status != c.want {
+				t.Fatalf("completions %+v, %+v; want success, then %s", got[0], got[1], c.want)
+			}
+		})
+	}
+}

@@ -115,22 +115,24 @@ var _ soft.DirectExecutor = (*qpDriver)(nil)
 // (soft.DirectExecutor); d.mu is held, the QP is in RTS and its send
 // queue is empty. Every check of the queued path is made, before anything
 // is touched; a work request that fails one, or needs a receive, is left
-// to the queued path (exec), which reports it. The peer's key stays
-// entered from one work request to the next within the call (a pin
-// check then costs one load, not two atomic adds), for rc.ChunkSize bytes
-// at most, and is left before the call returns: a Dereg in the peer waits
-// at most that long, as it would for one chunk.
+// to the queued path (exec), which reports it. The peer's region stays
+// entered from one work request to the next within the call
+// (rc.RemoteHold), for rc.ChunkSize bytes at most, and is left before the
+// call returns: a Dereg in the peer waits at most that long, as it would
+// for one chunk. While a region is entered, a work request to the same
+// key on either side is checked against what the previous one found (the
+// key's flags and the region's bounds), not looked up again.
 func (d *qpDriver) PostDirect(wrs []soft.SendWR) int {
 	if !d.running || !d.rnrAt.IsZero() || d.next != d.qp.SendTail() {
 		return 0
 	}
 	t, qp := d.target, d.qp
-	var held keytab.Pin // the peer's key, entered
-	heldBytes := 0
+	var held rc.RemoteHold
+	var lm soft.LocalMemo
 	n := 0
 	for ; n < len(wrs); n++ {
 		wr := &wrs[n]
-		local, lpin, ok := qp.DirectLocal(wr)
+		local, ok := qp.DirectLocal(wr, &lm)
 		if !ok || !t.Accepting() || t.DestQPN() != qp.Num() {
 			break
 		}
@@ -141,23 +143,8 @@ func (d *qpDriver) PostDirect(wrs []soft.SendWR) int {
 		case verbs.OpRead:
 			access = rc.AccessRemoteRead
 		}
-		mem, pin, st := t.RemotePin(&d.keys, wr.RKey, wr.RemoteAddr, len(local), access)
-		if st != rc.Success {
-			break
-		}
-		if pin != held {
-			if !t.Enter(pin) {
-				break
-			}
-			if !held.Zero() {
-				t.Leave(held)
-			}
-			held, heldBytes = pin, 0
-		}
-		// A pin equal to the held one was found live by RemotePin (its
-		// sequence word) after the hold counted us: a removal that came
-		// later waits for the hold's Leave.
-		if !qp.HoldLocal(lpin) {
+		mem, ok := held.Resolve(t, &d.keys, wr.RKey, wr.RemoteAddr, len(local), access)
+		if !ok {
 			break
 		}
 		switch wr.Opcode {
@@ -170,15 +157,9 @@ func (d *qpDriver) PostDirect(wrs []soft.SendWR) int {
 		default:
 			binary.LittleEndian.PutUint64(local, compareSwap(mem, wr.CompareAdd, wr.Swap))
 		}
-		if heldBytes += len(local); heldBytes >= rc.ChunkSize {
-			t.Leave(held)
-			held = keytab.Pin{}
-		}
-		qp.DirectDone(wr)
+		held.Touched(t, len(local))
 	}
-	if !held.Zero() {
-		t.Leave(held)
-	}
+	held.Leave(t)
 	return n
 }
 
