@@ -68,7 +68,8 @@ type Options struct {
 	Channels int
 	// ChunkSize is the size of one pipelined message (and of a slot of a
 	// receive FIFO). RDMAKIT_COLL_CHUNK (bytes, K/M suffixes); default
-	// 256 KiB. Rounded to a multiple of 4 KiB.
+	// 256 KiB, 64 KiB when any two ranks talk over tcp (see tcpChunk).
+	// Rounded to a multiple of 4 KiB.
 	ChunkSize int
 	// Slots is the depth of each receive FIFO (messages in flight per
 	// channel). RDMAKIT_COLL_SLOTS; default 8, at least 4.
@@ -84,6 +85,9 @@ type Options struct {
 
 	// hcaLenient: HCA came from NCCL_IB_HCA, whose devices may be absent.
 	hcaLenient bool
+	// chunkSet: ChunkSize came from the caller or EnvChunk, not the
+	// default.
+	chunkSet bool
 }
 
 // gidIndex returns the GID index, or -1 for auto.
@@ -226,6 +230,7 @@ func (o Options) resolve() (Options, error) {
 			return o, err
 		}
 	}
+	o.chunkSet = o.ChunkSize != 0 || os.Getenv(EnvChunk) != ""
 	for _, f := range []struct {
 		v   *int
 		env string

@@ -572,12 +572,10 @@ const (
 // context's end or the timeout, and backs off from spinning to yielding
 // the CPU when the wait is long.
 func (c *Comm) waitWord(mem []byte, off int, want uint64, peer int, flag bool, alt []byte, altOff int) error {
-	spin := c.spinFirst
-	async := peer >= 0 && c.peers[peer].ep.sleepWait
-	if async {
-		spin = min(spin, 64)
+	if peer >= 0 && c.peers[peer].ep.sleepWait {
+		return c.waitWordPolling(mem, off, want, peer, flag)
 	}
-	for i := 0; i < spin; i++ {
+	for i := 0; i < c.spinFirst; i++ {
 		v := sys.Load64(mem, off)
 		if v == want {
 			return nil
@@ -609,18 +607,6 @@ func (c *Comm) waitWord(mem []byte, off int, want uint64, peer int, flag bool, a
 			}
 			continue
 		}
-		if async {
-			// The word is written by the transport's reader goroutine:
-			// sleeping frees this P, whose next look at the network
-			// poller runs that reader at once (spinning would delay it).
-			if i&15 == 0 {
-				if err := c.checkWait(peer, done, start, deadline); err != nil {
-					return err
-				}
-			}
-			time.Sleep(time.Microsecond)
-			continue
-		}
 		if i&c.lookMask != 0 {
 			continue
 		}
@@ -639,6 +625,48 @@ func (c *Comm) waitWord(mem []byte, off int, want uint64, peer int, flag bool, a
 			}
 		}
 		c.backoff(start)
+	}
+}
+
+// waitWordPolling is waitWord for a word a tcp peer writes: the write
+// lands when this process reads it from the socket. Each look that finds
+// the word unchanged polls the endpoint's completion queue, and the poll
+// of an empty queue reads the endpoint's sockets on this goroutine and
+// handles what arrived (the transport's progress, transport/tcp poll.go):
+// no reader goroutine is woken per message, and one that reads nothing
+// yields the CPU, which the peer rank may need. The completions it reaps
+// free send queue room as they come.
+func (c *Comm) waitWordPolling(mem []byte, off int, want uint64, peer int, flag bool) error {
+	ep := c.peers[peer].ep
+	ctx := c.op.ctx
+	start := time.Now()
+	deadline := start.Add(c.opts.Timeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	done := ctx.Done()
+	for i := 1; ; i++ {
+		v := sys.Load64(mem, off)
+		if v == want {
+			return nil
+		}
+		if flag && uint32(v) == uint32(want) {
+			// Counter right, signature wrong (see waitWord).
+			time.Sleep(time.Millisecond)
+			if v = sys.Load64(mem, off); v != want && uint32(v) == uint32(want) {
+				return c.fail(fmt.Errorf("%w: rank %d in %s: the message from rank %d belongs to a different call (signature %08x, want %08x)",
+					ErrMismatch, c.rank, c.op.desc(), peer, uint32(v>>32), uint32(want>>32)), true)
+			}
+			continue
+		}
+		if i&15 == 0 {
+			if err := c.checkWait(peer, done, start, deadline); err != nil {
+				return err
+			}
+		}
+		if _, err := c.poll(ep); err != nil {
+			return err
+		}
 	}
 }
 
@@ -662,8 +690,7 @@ func (c *Comm) waitPoll(ep *endpoint, peer int) error {
 			}
 		}
 		if ep.sleepWait {
-			time.Sleep(time.Microsecond) // see waitWord
-			continue
+			continue // the poll read the sockets, and yielded if idle (waitWordPolling)
 		}
 		c.backoff(start)
 	}
