@@ -64,17 +64,23 @@ type endpoint struct {
 	sleepWait bool
 	ctx       *verbs.Context
 	pd        *verbs.PD
-	scq       *verbs.CQ
-	rcq       *verbs.CQ
-	fifo      *verbs.MR
-	acks      *verbs.MR
-	src       *verbs.MR
-	qps       []*qpState
-	wcs       []verbs.WorkCompletion
+	// scq takes the send completions of every QP of the endpoint, except
+	// on sleepWait endpoints (tcp), where each QP has its own (qpState.cq):
+	// a poll of an empty CQ reads the sockets of the QPs completing into
+	// it (the transport's progress), so a wait for one peer's message
+	// reads that peer's socket only, not one per peer and channel.
+	scq  *verbs.CQ
+	rcq  *verbs.CQ
+	fifo *verbs.MR
+	acks *verbs.MR
+	src  *verbs.MR
+	qps  []*qpState
+	wcs  []verbs.WorkCompletion
 }
 
 type qpState struct {
 	qp        *verbs.QP
+	cq        *verbs.CQ // its send CQ: ep.scq, or its own (see endpoint.scq)
 	ep        *endpoint
 	id        uint64
 	peer      int
@@ -279,8 +285,10 @@ func (c *Comm) setup(ctx context.Context) error {
 		}
 		depth := 4*S + 16
 		nq := len(ps) * C
-		if ep.scq, err = ep.ctx.CreateCQ(nq*depth + 64); err != nil {
-			return err
+		if !ep.sleepWait {
+			if ep.scq, err = ep.ctx.CreateCQ(nq*depth + 64); err != nil {
+				return err
+			}
 		}
 		if ep.rcq, err = ep.ctx.CreateCQ(4); err != nil {
 			return err
@@ -305,7 +313,13 @@ func (c *Comm) setup(ctx context.Context) error {
 				if ep.sync {
 					sges = 2 // data and flag in one write (proto.go)
 				}
-				qp, err := ep.pd.CreateQP(verbs.QPConfig{SendCQ: ep.scq, RecvCQ: ep.rcq, Cap: verbs.QPCap{
+				cq := ep.scq
+				if cq == nil {
+					if cq, err = ep.ctx.CreateCQ(depth + 16); err != nil {
+						return err
+					}
+				}
+				qp, err := ep.pd.CreateQP(verbs.QPConfig{SendCQ: cq, RecvCQ: ep.rcq, Cap: verbs.QPCap{
 					MaxSendWR: depth, MaxRecvWR: 1, MaxSendSGE: sges, MaxRecvSGE: 1, MaxInlineData: maxInline}})
 				if err != nil {
 					return fmt.Errorf("creating a queue pair on %s: %w", d.Device, err)
@@ -318,7 +332,7 @@ func (c *Comm) setup(ctx context.Context) error {
 						return err
 					}
 				}
-				q := &qpState{qp: qp, ep: ep, id: uint64(len(ep.qps)), peer: p, depth: uint64(qp.Cap().MaxSendWR)}
+				q := &qpState{qp: qp, cq: cq, ep: ep, id: uint64(len(ep.qps)), peer: p, depth: uint64(qp.Cap().MaxSendWR)}
 				ep.qps = append(ep.qps, q)
 				psns[q] = verbs.RandomPSN()
 				fifo := ep.fifo.Bytes()[k*fifoBytes : (k+1)*fifoBytes]

@@ -130,7 +130,7 @@ func (l *link) poll() (busy bool) {
 // (twice at most), and writes what it owes. rmu is held.
 func (l *link) pump() (busy bool) {
 	var f frame
-	reads := 0
+	reads, drained := 0, false
 	for {
 		if l.stall {
 			l.kickLocked() // awaitOutput blocks: the link goroutine's
@@ -158,9 +158,17 @@ func (l *link) pump() (busy bool) {
 			}
 			continue
 		}
-		if reads == 2 || !l.pollRead() {
+		if reads == 2 || drained {
 			break
 		}
+		got, short := l.pollRead()
+		if !got {
+			break
+		}
+		// A read that left room in the buffer took all there was:
+		// another would most likely find nothing (a system call per
+		// message saved); the next poll looks again.
+		drained = short
 		reads++
 	}
 	if !l.deferAck() {
@@ -221,10 +229,11 @@ func (l *link) buffered(f *frame) (whole, big bool, err error) {
 	return need <= have, need > len(l.rbuf), nil
 }
 
-// pollRead is a poller's non-blocking read into the buffer; false when
-// nothing came (an error or the end of the stream is left to the link
-// goroutine, which finds the socket readable).
-func (l *link) pollRead() bool {
+// pollRead is a poller's non-blocking read into the buffer; got is false
+// when nothing came (an error or the end of the stream is left to the link
+// goroutine, which finds the socket readable), short when the read did
+// not fill the buffer.
+func (l *link) pollRead() (got, short bool) {
 	if l.rpos > 0 && len(l.rbuf)-l.rend < len(l.rbuf)/2 {
 		// Room for the frame in progress (it fits whole in the buffer,
 		// buffered) and what follows.
@@ -233,16 +242,16 @@ func (l *link) pollRead() bool {
 		l.rpos = 0
 	}
 	if l.rend == len(l.rbuf) {
-		return false
+		return false, false
 	}
 	n, err := l.tryRead(l.rbuf[l.rend:])
 	if err != nil {
-		return false
+		return false, false
 	}
 	l.rend += n
 	l.owedBytes += n
 	l.progress.Add(1)
-	return true
+	return true, l.rend < len(l.rbuf)
 }
 
 // kickLocked hands the read side to the link goroutine (rmu held): a
