@@ -161,23 +161,22 @@ type link struct {
 	// while it waits for input between frames (idle) and once it has
 	// exited (rdone); an application goroutine polling an empty CQ takes
 	// it meanwhile with TryLock and handles what has arrived (poll.go).
-	rmu         sync.Mutex
-	rdone       bool      // the link goroutine has exited: nothing more is read
-	perr        error     // a poller's handling ended the link: the reader exits with it
-	kicked      bool      // a poller set a read deadline to wake the reader
-	lastPolled  uint64    // polled when the reader last went idle
-	pollFrames  uint64    // frames handled by pollers
-	ackDeferred bool      // an ACK waits in the output queue for the next write (deferAck)
-	appSeen     time.Time // when the reader last saw polled move
-	resp        *rcproto.Responder
-	rbuf        []byte
-	rpos        int
-	rend        int
-	dropAll     bool         // the QP left RTR/RTS: drop every request
-	stall       bool         // maxQueuedResp responses queued: wait for the peer to read
-	keys        keytab.Cache // last rkey resolved
-	rdMem       []byte       // data of the READ_RESP the responder queued last
-	rdPin       keytab.Pin   // and its key's pin
+	rmu        sync.Mutex
+	rdone      bool      // the link goroutine has exited: nothing more is read
+	perr       error     // a poller's handling ended the link: the reader exits with it
+	kicked     bool      // a poller set a read deadline to wake the reader
+	lastPolled uint64    // polled when the reader last went idle
+	pollFrames uint64    // frames handled by pollers
+	appSeen    time.Time // when the reader last saw polled move
+	resp       *rcproto.Responder
+	rbuf       []byte
+	rpos       int
+	rend       int
+	dropAll    bool         // the QP left RTR/RTS: drop every request
+	stall      bool         // maxQueuedResp responses queued: wait for the peer to read
+	keys       keytab.Cache // last rkey resolved
+	rdMem      []byte       // data of the READ_RESP the responder queued last
+	rdPin      keytab.Pin   // and its key's pin
 	// pinned non-blocking read (readPinned, rawReadPinned)
 	ptab      keytab.Table
 	pin       keytab.Pin

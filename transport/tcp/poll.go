@@ -182,11 +182,14 @@ func (l *link) pump() (busy bool) {
 // it owes, the ACK goes into the output queue, where the application's
 // next post takes it along (PostSend's writev carries both, one system
 // call instead of two: a ping-pong answers every message). Once only: the
-// next poller writes it whatever happens, and so does the reader when it
-// next goes idle: it sleeps (leased) and looks again within appLease.
+// next poller writes it whatever happens (it finds the output queue not
+// empty), and so does the reader when it next goes idle: it sleeps
+// (leased) and looks again within appLease. Once a post has taken it, the
+// next ACK may wait again (a flag that stayed set until the next flush
+// made every other ACK of a ping-pong go alone).
 func (l *link) deferAck() bool {
-	if l.ackDeferred || !l.leased.Load() {
-		return false // deferred once, or the reader waits for input and would not write it
+	if !l.leased.Load() {
+		return false // the reader waits for input and would not write it
 	}
 	r := l.resp
 	if !r.Pending(true) || r.Pending(false) {
@@ -201,7 +204,6 @@ func (l *link) deferAck() bool {
 	}
 	l.drainResponses(true)
 	l.owedFrames, l.owedBytes = 0, 0
-	l.ackDeferred = true
 	return true
 }
 
