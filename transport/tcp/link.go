@@ -151,10 +151,16 @@ type link struct {
 	// until the reader has taken the read side.
 	handover atomic.Bool
 	// leased: the reader sleeps in await while pollers read; it comes
-	// back within appLease (deferAck relies on it).
-	leased atomic.Bool
-	rwake  chan struct{} // wakes the reader from its sleep in await
-	rtimer *time.Timer   // the reader's sleep in await
+	// back within about two appLease of the application's last poll
+	// (deferAck relies on it), woken by the lease keeper, which sets
+	// leaseOver.
+	leased    atomic.Bool
+	leaseOver atomic.Bool
+	rwake     chan struct{} // wakes the reader from its sleep in await
+	// keeperSeen is polled as the lease keeper last saw it, idleLooks
+	// its looks since polled last moved (the keeper's own).
+	keeperSeen uint64
+	idleLooks  int
 
 	// rmu is the read side: the fields below belong to whoever holds it.
 	// The link goroutine holds it from its start, and lets go of it only
@@ -206,7 +212,6 @@ func newLink(d *qpDriver, peer qpAddr, ip net.IP, dialer bool, rqpsn psn, maxDes
 		incoming: make(chan *net.TCPConn, 1),
 		wake:     make(chan struct{}, 1),
 		rwake:    make(chan struct{}, 1),
-		rtimer:   time.NewTimer(time.Hour),
 		epoch:    time.Now(),
 		resp:     rcproto.NewResponder(rcproto.RespConfig{FirstPSN: rqpsn, MaxDestRdAtomic: maxDestRd}),
 		busyPoll: d.cd.busyPoll,
@@ -220,7 +225,6 @@ func newLink(d *qpDriver, peer qpAddr, ip net.IP, dialer bool, rqpsn psn, maxDes
 	l.readPinFn = l.rawReadPinned
 	l.timer = time.AfterFunc(time.Hour, l.onTimer)
 	l.timer.Stop()
-	l.rtimer.Stop()
 	l.out.init()
 	return l
 }
