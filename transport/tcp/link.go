@@ -157,10 +157,10 @@ type link struct {
 	leased    atomic.Bool
 	leaseOver atomic.Bool
 	rwake     chan struct{} // wakes the reader from its sleep in await
-	// keeperSeen is polled as the lease keeper last saw it, idleLooks
-	// its looks since polled last moved (the keeper's own).
-	keeperSeen uint64
-	idleLooks  int
+	// keeperSeen is polled as the lease keeper last saw it, keeperSince
+	// when it saw it move (the keeper's own).
+	keeperSeen  uint64
+	keeperSince time.Time
 
 	// rmu is the read side: the fields below belong to whoever holds it.
 	// The link goroutine holds it from its start, and lets go of it only

@@ -359,7 +359,7 @@ func (l *link) appActive() bool {
 // keeper looks at the leased links every appLease and ends the lease of
 // one not polled since its previous look if the application polled none
 // of the context's CQs meanwhile either. While it polls some, a link it
-// does not poll keeps its lease for up to maxIdleLooks looks (6.4 ms):
+// does not poll keeps its lease for up to maxIdle:
 // with many links, each is polled now and then only (a collective over tcp
 // waits for one peer at a time), and a reader that takes over reads
 // every message with a wake-up of its own (8-rank AllReduce 8 B over tcp
@@ -369,8 +369,8 @@ func (l *link) appActive() bool {
 // polls one CQ and expects another's links to make progress by
 // themselves (it spins on memory for their writes) waits that long.
 const (
-	appLease     = 200 * time.Microsecond
-	maxIdleLooks = 32
+	appLease = 200 * time.Microsecond
+	maxIdle  = 32 * appLease
 )
 
 // leaseKeeper (a goroutine per context with busy polling) ends the leases
@@ -404,28 +404,29 @@ func (cd *ctxDriver) leaseKeeper() {
 		idle := p == cd.keeperPolls
 		cd.keeperPolls = p
 		if ls := cd.pollers.Load(); ls != nil {
+			now := time.Now()
 			for _, l := range *ls {
-				l.checkLease(idle)
+				l.checkLease(idle, now)
 			}
 		}
 	}
 }
 
-// checkLease is the keeper's look at l (ctxIdle: no CQ of the context
-// was polled since its previous look): a leased reader whose link has not
-// been polled since then, or for maxIdleLooks looks, is woken, its lease
-// over.
-func (l *link) checkLease(ctxIdle bool) {
+// checkLease is the keeper's look at l at now (ctxIdle: no CQ of the
+// context was polled since its previous look): a leased reader whose link
+// has not been polled since then, or for maxIdle, is woken, its lease
+// over. (Time, not looks: a timer of 200 µs fires every millisecond or so
+// on a busy host.)
+func (l *link) checkLease(ctxIdle bool, now time.Time) {
 	p := l.polled.Load()
 	if p != l.keeperSeen || !l.leased.Load() {
-		l.keeperSeen, l.idleLooks = p, 0
+		l.keeperSeen, l.keeperSince = p, now
 		return
 	}
-	l.idleLooks++
-	if !ctxIdle && l.idleLooks < maxIdleLooks {
+	if !ctxIdle && now.Sub(l.keeperSince) < maxIdle {
 		return
 	}
-	l.idleLooks = 0
+	l.keeperSince = now
 	l.leaseOver.Store(true)
 	l.wakeReader()
 }
