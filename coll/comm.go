@@ -189,8 +189,9 @@ func newComm(ctx context.Context, addr string, nonce uint64, nranks, rank int, o
 	}
 	for _, ep := range c.eps {
 		if ep.sleepWait {
-			// Progress over tcp needs the transport's reader goroutines,
-			// which compete with spinning ranks for the cores.
+			// Progress over tcp needs this process's CPU (its polls read
+			// the sockets, and its reader goroutines when nobody
+			// polls): shm waits of a rank with tcp peers spin less.
 			c.spinFor = min(c.spinFor, 5*time.Microsecond)
 		}
 	}
