@@ -35,6 +35,7 @@ type Comm struct {
 	infos        []rankInfo
 	local        int  // ranks on this host, this one included
 	allSync      bool // every pair of ranks talks over a synchronous endpoint (shm; decided in setup)
+	anyTCP       bool // some pair of ranks talks over tcp (decided in setup)
 	spinFor      time.Duration
 	spinFirst    int  // polls before a wait looks at the clock (proto.go)
 	lookMask     int  // a long wait looks (clock, context, peers, yield) every lookMask+1 polls

@@ -226,7 +226,7 @@ func (c *Comm) setup(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	c.allSync = plan.allSync
+	c.allSync, c.anyTCP = plan.allSync, plan.anyTCP
 	if plan.anyTCP && !c.opts.chunkSet {
 		c.opts.ChunkSize = min(c.opts.ChunkSize, tcpChunk)
 	}
