@@ -35,6 +35,7 @@ type Comm struct {
 	infos        []rankInfo
 	local        int  // ranks on this host, this one included
 	allSync      bool // every pair of ranks talks over a synchronous endpoint (shm; decided in setup)
+	anyTCP       bool // some pair of ranks talks over tcp (decided in setup)
 	spinFor      time.Duration
 	spinFirst    int  // polls before a wait looks at the clock (proto.go)
 	lookMask     int  // a long wait looks (clock, context, peers, yield) every lookMask+1 polls
@@ -189,8 +190,9 @@ func newComm(ctx context.Context, addr string, nonce uint64, nranks, rank int, o
 	}
 	for _, ep := range c.eps {
 		if ep.sleepWait {
-			// Progress over tcp needs the transport's reader goroutines,
-			// which compete with spinning ranks for the cores.
+			// Progress over tcp needs this process's CPU (its polls read
+			// the sockets, and its reader goroutines when nobody
+			// polls): shm waits of a rank with tcp peers spin less.
 			c.spinFor = min(c.spinFor, 5*time.Microsecond)
 		}
 	}

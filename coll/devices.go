@@ -373,6 +373,9 @@ type devicePlan struct {
 	// allSync says whether every pair of ranks (not only this rank's)
 	// talks over synchronous devices.
 	allSync bool
+	// anyTCP says whether some pair of ranks talks over tcp (a transport
+	// that is neither synchronous nor RDMA), decided alike everywhere.
+	anyTCP bool
 }
 
 // planDevices decides, from every rank's offer, the devices of rank me.
@@ -392,6 +395,9 @@ func planDevices(mode string, me int, offers []offer, hosts []string) (devicePla
 			da, db := offers[a].deviceOf(t), offers[b].deviceOf(t)
 			if !da.Caps.Has(verbs.CapWriteOnPost) || !db.Caps.Has(verbs.CapWriteOnPost) {
 				pl.allSync = false
+				if t != rdmaTransport {
+					pl.anyTCP = true
+				}
 			}
 			if a == me {
 				pl.devOf[b] = da

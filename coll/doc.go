@@ -96,11 +96,12 @@
 // inline limit are posted inline.
 //
 // Collectives run in the calling goroutine and allocate nothing per call
-// once warm. They wait for shm peers by spinning (yielding the CPU as
-// waits grow, after a few polls when ranks outnumber cores) and for tcp
-// and RDMA peers by sleeping a microsecond at a time, which leaves the
-// processor to the Go network poller that runs tcp0's reader goroutines
-// (and to the kernel, for software RDMA devices).
+// once warm. They wait for shm and RDMA peers by spinning (yielding the
+// CPU as waits grow, after a few polls when ranks outnumber cores) and
+// for tcp peers by polling the channel's completion queue: a poll of an
+// empty one reads the channel's socket on the waiting goroutine (tcp0's
+// progress from polls) and yields the CPU when nothing came, so that no
+// message wakes a reader goroutine.
 //
 // # Buffers
 //
@@ -137,8 +138,8 @@
 //	RDMAKIT_COLL_TRANSPORT       shm | tcp | roce | ibverbs | auto
 //	RDMAKIT_COLL_HCA             RDMA devices[:port] (NCCL_IB_HCA syntax; NCCL_IB_HCA is read too)
 //	RDMAKIT_COLL_GID_INDEX       RoCE GID index | auto (NCCL_IB_GID_INDEX is read too)
-//	RDMAKIT_COLL_CHANNELS        QPs per peer (default 2; else NCCL_SOCKET_NTHREADS × NCCL_NSOCKS_PERTHREAD)
-//	RDMAKIT_COLL_CHUNK           pipeline chunk bytes (default 256K)
+//	RDMAKIT_COLL_CHANNELS        QPs per peer (default 2, 1 with tcp; else NCCL_SOCKET_NTHREADS × NCCL_NSOCKS_PERTHREAD)
+//	RDMAKIT_COLL_CHUNK           pipeline chunk bytes (default 256K, 64K with tcp)
 //	RDMAKIT_COLL_SLOTS           FIFO depth in chunks (default 8)
 //	RDMAKIT_COLL_SPIN            how long a wait spins before yielding (default 10µs; 0 oversubscribed)
 //	RDMAKIT_COLL_BIND            core: pin the k-th rank of a host to the k-th CPU | none (default)

@@ -159,24 +159,29 @@ func TestTuning(t *testing.T) {
 		bytes  int
 		forced Algorithm
 		want   Algorithm
+		tcp    bool // some pair talks over tcp
 	}{
-		{kAllReduce, 2, 8, AlgoAuto, AlgoTree},
-		{kAllReduce, 4, 8, AlgoAuto, AlgoDirect},
-		{kAllReduce, 8, 4 << 10, AlgoAuto, AlgoDirect},
-		{kAllReduce, 8, 8 << 10, AlgoAuto, AlgoTree},
-		{kAllReduce, 4, 1 << 20, AlgoAuto, AlgoRing},
-		{kAllGather, 2, 4 << 10, AlgoAuto, AlgoRing},
-		{kAllGather, 4, 4 << 10, AlgoAuto, AlgoDirect},
-		{kAllGather, 4, 1 << 20, AlgoAuto, AlgoRing},
-		{kReduceScatter, 8, 64 << 10, AlgoAuto, AlgoDirect},
-		{kReduceScatter, 3, 4 << 10, AlgoTree, AlgoRing},
-		{kBroadcast, 4, 8, AlgoDirect, AlgoTree},
-		{kAllReduce, 2, 1 << 20, AlgoDirect, AlgoDirect},
+		{kAllReduce, 2, 8, AlgoAuto, AlgoTree, false},
+		{kAllReduce, 4, 8, AlgoAuto, AlgoDirect, false},
+		{kAllReduce, 8, 4 << 10, AlgoAuto, AlgoDirect, false},
+		{kAllReduce, 8, 8 << 10, AlgoAuto, AlgoTree, false},
+		{kAllReduce, 4, 1 << 20, AlgoAuto, AlgoRing, false},
+		{kAllGather, 2, 4 << 10, AlgoAuto, AlgoRing, false},
+		{kAllGather, 4, 4 << 10, AlgoAuto, AlgoDirect, false},
+		{kAllGather, 4, 1 << 20, AlgoAuto, AlgoRing, false},
+		{kReduceScatter, 8, 64 << 10, AlgoAuto, AlgoDirect, false},
+		{kReduceScatter, 3, 4 << 10, AlgoTree, AlgoRing, false},
+		{kBroadcast, 4, 8, AlgoDirect, AlgoTree, false},
+		{kAllReduce, 2, 1 << 20, AlgoDirect, AlgoDirect, false},
+		{kAllReduce, 8, 8, AlgoAuto, AlgoTree, true},
+		{kAllReduce, 4, 4 << 10, AlgoAuto, AlgoTree, true},
+		{kAllReduce, 8, 8, AlgoDirect, AlgoDirect, true},
+		{kAllGather, 4, 4 << 10, AlgoAuto, AlgoDirect, true},
 	} {
 		o, _ := Options{Algorithm: c.forced}.resolve()
-		cm := &Comm{nranks: c.n, opts: o}
+		cm := &Comm{nranks: c.n, opts: o, anyTCP: c.tcp}
 		if got := cm.pickAlgo(c.kind, c.bytes); got != c.want {
-			t.Errorf("%s, %d ranks, %d bytes, forced %s: %s, want %s", kindNames[c.kind], c.n, c.bytes, c.forced, got, c.want)
+			t.Errorf("%s, %d ranks, %d bytes, forced %s, tcp %v: %s, want %s", kindNames[c.kind], c.n, c.bytes, c.forced, c.tcp, got, c.want)
 		}
 	}
 }

@@ -64,17 +64,23 @@ type endpoint struct {
 	sleepWait bool
 	ctx       *verbs.Context
 	pd        *verbs.PD
-	scq       *verbs.CQ
-	rcq       *verbs.CQ
-	fifo      *verbs.MR
-	acks      *verbs.MR
-	src       *verbs.MR
-	qps       []*qpState
-	wcs       []verbs.WorkCompletion
+	// scq takes the send completions of every QP of the endpoint, except
+	// on sleepWait endpoints (tcp), where each QP has its own (qpState.cq):
+	// a poll of an empty CQ reads the sockets of the QPs completing into
+	// it (the transport's progress), so a wait for one peer's message
+	// reads that peer's socket only, not one per peer and channel.
+	scq  *verbs.CQ
+	rcq  *verbs.CQ
+	fifo *verbs.MR
+	acks *verbs.MR
+	src  *verbs.MR
+	qps  []*qpState
+	wcs  []verbs.WorkCompletion
 }
 
 type qpState struct {
 	qp        *verbs.QP
+	cq        *verbs.CQ // its send CQ: ep.scq, or its own (see endpoint.scq)
 	ep        *endpoint
 	id        uint64
 	peer      int
@@ -134,6 +140,30 @@ type channel struct {
 	ackAddr  uint64
 	ackBatch uint64
 }
+
+// tcpBusyPoll is the TCPBusyPoll of coll's tcp contexts: on (any
+// positive value turns on progress from polls), and as short as it gets,
+// so that a reader nobody polls spins a few non-blocking reads only
+// before it parks.
+const tcpBusyPoll = time.Nanosecond
+
+// tcpChunk is the default chunk when some pair of ranks talks over tcp:
+// a message the poller's buffer holds whole (transport/tcp poll.go), so
+// that the waiting rank's polls read it; a larger one is handed to the
+// transport's reader goroutine, a wake-up per message. 2-rank AllReduce
+// over tcp on a 2-core host, µs: 1 MiB 330-355 with 64 KiB chunks,
+// 770-880 with 256 KiB; 16 MiB 7300 against 21000-22700.
+const tcpChunk = 64 << 10
+
+// tcpChannels is the default number of channels when some pair of ranks
+// talks over tcp: one TCP connection per peer. More streams move no more
+// over loopback, where the copies in and out of the kernel are the limit,
+// and each costs polls and wake-ups (AllReduce 1 MiB over tcp on a 2-core
+// host, µs, medians of 4-5 launches at load 5-7: 2 ranks 618 with 2
+// channels, 633 with 1; 4 ranks 2108, 1540; 8 ranks 19193, 9215).
+// NCCL_SOCKET_NTHREADS × NCCL_NSOCKS_PERTHREAD or RDMAKIT_COLL_CHANNELS
+// set more, for links where one stream does not fill the wire.
+const tcpChannels = 1
 
 // maxEndpoints bounds the devices of a rank: one same-host device and
 // one per network transport.
@@ -196,7 +226,13 @@ func (c *Comm) setup(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	c.allSync = plan.allSync
+	c.allSync, c.anyTCP = plan.allSync, plan.anyTCP
+	if plan.anyTCP && !c.opts.chunkSet {
+		c.opts.ChunkSize = min(c.opts.ChunkSize, tcpChunk)
+	}
+	if plan.anyTCP && !c.opts.channelsSet {
+		c.opts.Channels = tcpChannels
+	}
 
 	// Endpoints: one per device in use, those that cannot register
 	// memory they did not allocate (shm) first, so that regions are
@@ -246,11 +282,13 @@ func (c *Comm) setup(ctx context.Context) error {
 		var err error
 		var vo verbs.Options
 		if os.Getenv(vdriver.EnvBusyPoll) == "" {
-			// The ranks' waits sleep so that tcp0's readers run (see
-			// waitWord); a reader spinning beside them only takes their
-			// cores (2-rank AllReduce 8 B over tcp: 77-99 µs with the
-			// transport's default busy poll, 50-53 µs without).
-			vo.TCPBusyPoll = -1
+			// The ranks' waits poll the send CQ, and a poll reads the
+			// sockets itself (waitWordPolling): busy polling must be on
+			// for that, but the reader's own spin, once nobody polls,
+			// only takes the cores of the ranks (2-rank AllReduce 8 B
+			// over tcp: 77-99 µs with the transport's default 50 µs,
+			// 50-53 µs with readers parked in the network poller).
+			vo.TCPBusyPoll = tcpBusyPoll
 		}
 		if ep.ctx, err = verbs.Open(d.Device, vo); err != nil {
 			return err
@@ -260,8 +298,10 @@ func (c *Comm) setup(ctx context.Context) error {
 		}
 		depth := 4*S + 16
 		nq := len(ps) * C
-		if ep.scq, err = ep.ctx.CreateCQ(nq*depth + 64); err != nil {
-			return err
+		if !ep.sleepWait {
+			if ep.scq, err = ep.ctx.CreateCQ(nq*depth + 64); err != nil {
+				return err
+			}
 		}
 		if ep.rcq, err = ep.ctx.CreateCQ(4); err != nil {
 			return err
@@ -286,7 +326,13 @@ func (c *Comm) setup(ctx context.Context) error {
 				if ep.sync {
 					sges = 2 // data and flag in one write (proto.go)
 				}
-				qp, err := ep.pd.CreateQP(verbs.QPConfig{SendCQ: ep.scq, RecvCQ: ep.rcq, Cap: verbs.QPCap{
+				cq := ep.scq
+				if cq == nil {
+					if cq, err = ep.ctx.CreateCQ(depth + 16); err != nil {
+						return err
+					}
+				}
+				qp, err := ep.pd.CreateQP(verbs.QPConfig{SendCQ: cq, RecvCQ: ep.rcq, Cap: verbs.QPCap{
 					MaxSendWR: depth, MaxRecvWR: 1, MaxSendSGE: sges, MaxRecvSGE: 1, MaxInlineData: maxInline}})
 				if err != nil {
 					return fmt.Errorf("creating a queue pair on %s: %w", d.Device, err)
@@ -299,7 +345,7 @@ func (c *Comm) setup(ctx context.Context) error {
 						return err
 					}
 				}
-				q := &qpState{qp: qp, ep: ep, id: uint64(len(ep.qps)), peer: p, depth: uint64(qp.Cap().MaxSendWR)}
+				q := &qpState{qp: qp, cq: cq, ep: ep, id: uint64(len(ep.qps)), peer: p, depth: uint64(qp.Cap().MaxSendWR)}
 				ep.qps = append(ep.qps, q)
 				psns[q] = verbs.RandomPSN()
 				fifo := ep.fifo.Bytes()[k*fifoBytes : (k+1)*fifoBytes]

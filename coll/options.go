@@ -64,11 +64,13 @@ type Options struct {
 	// messages are striped (over tcp, each is its own TCP connection).
 	// RDMAKIT_COLL_CHANNELS, else NCCL_SOCKET_NTHREADS ×
 	// NCCL_NSOCKS_PERTHREAD when either is set (an unset one counts 1);
-	// default 2; at most 16.
+	// default 2, 1 when any two ranks talk over tcp (see tcpChannels); at
+	// most 16.
 	Channels int
 	// ChunkSize is the size of one pipelined message (and of a slot of a
 	// receive FIFO). RDMAKIT_COLL_CHUNK (bytes, K/M suffixes); default
-	// 256 KiB. Rounded to a multiple of 4 KiB.
+	// 256 KiB, 64 KiB when any two ranks talk over tcp (see tcpChunk).
+	// Rounded to a multiple of 4 KiB.
 	ChunkSize int
 	// Slots is the depth of each receive FIFO (messages in flight per
 	// channel). RDMAKIT_COLL_SLOTS; default 8, at least 4.
@@ -84,6 +86,9 @@ type Options struct {
 
 	// hcaLenient: HCA came from NCCL_IB_HCA, whose devices may be absent.
 	hcaLenient bool
+	// chunkSet, channelsSet: ChunkSize, Channels came from the caller or
+	// the environment, not the default.
+	chunkSet, channelsSet bool
 }
 
 // gidIndex returns the GID index, or -1 for auto.
@@ -226,6 +231,8 @@ func (o Options) resolve() (Options, error) {
 			return o, err
 		}
 	}
+	o.channelsSet = o.Channels != 0 || os.Getenv(EnvChannels) != ""
+	o.chunkSet = o.ChunkSize != 0 || os.Getenv(EnvChunk) != ""
 	for _, f := range []struct {
 		v   *int
 		env string

@@ -71,17 +71,33 @@ func (c *Comm) room(q *qpState, n uint64) error {
 		return nil
 	}
 	for q.posted+n-q.completed > q.depth {
-		if err := c.waitPoll(q.ep, q.peer); err != nil {
+		if err := c.waitPoll(q); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// poll reaps completions of ep; a failed work request fails the
-// communicator.
+// poll reaps completions of ep (of each of its QPs where they have CQs
+// of their own); a failed work request fails the communicator.
 func (c *Comm) poll(ep *endpoint) (int, error) {
-	n, err := ep.scq.Poll(ep.wcs)
+	if ep.scq != nil {
+		return c.pollCQ(ep, ep.scq)
+	}
+	all := 0
+	for _, q := range ep.qps {
+		n, err := c.pollCQ(ep, q.cq)
+		if err != nil {
+			return 0, err
+		}
+		all += n
+	}
+	return all, nil
+}
+
+// pollCQ reaps the completions of cq, a send CQ of ep.
+func (c *Comm) pollCQ(ep *endpoint, cq *verbs.CQ) (int, error) {
+	n, err := cq.Poll(ep.wcs)
 	if err != nil {
 		return 0, c.fail(fmt.Errorf("%w: rank %d: %s completion queue: %v", ErrAborted, c.rank, ep.dev, err), true)
 	}
@@ -116,17 +132,23 @@ func (c *Comm) poll(ep *endpoint) (int, error) {
 // Inline writes (flags, credits, small messages) were copied when posted
 // and the rest went out of staging chunks; their completions are reaped
 // later, as they come.
+//
+// On tcp nothing is polled when nothing is needed: a poll reads the
+// sockets and sends the acknowledgement this rank may owe for the last
+// message, which the next collective's first write would carry along.
 func (c *Comm) drain() error {
 	for _, ep := range c.eps {
-		if _, err := c.poll(ep); err != nil || ep.sync {
-			if err != nil {
+		if !ep.sleepWait {
+			if _, err := c.poll(ep); err != nil {
 				return err
 			}
+		}
+		if ep.sync {
 			continue
 		}
 		for _, q := range ep.qps {
 			for q.completed < q.needed {
-				if err := c.waitPoll(ep, q.peer); err != nil {
+				if err := c.waitPoll(q); err != nil {
 					return err
 				}
 			}
@@ -172,7 +194,7 @@ func (c *Comm) reserve(ch *channel) error {
 	if sys.Load64(ch.acks, off) == want {
 		return nil
 	}
-	return c.waitWord(ch.acks, off, want, ch.peer, false, nil, 0)
+	return c.waitWord(ch.acks, off, want, ch, false, nil, 0)
 }
 
 // stage returns the staging chunk for the channel's next message (made on
@@ -396,14 +418,14 @@ func (c *Comm) recv(ch *channel, n int) ([]byte, error) {
 		// One write: the data ends at the tail flag (postTail).
 		t := ch.tailOff(slot)
 		if sys.Load64(ch.fifo, t) != want {
-			if err := c.waitWord(ch.fifo, t, want, ch.peer, true, ch.ll[slot*llSlot:], 0); err != nil {
+			if err := c.waitWord(ch.fifo, t, want, ch, true, ch.ll[slot*llSlot:], 0); err != nil {
 				return nil, err
 			}
 		}
 		return ch.fifo[t-n : t], nil
 	}
 	if sys.Load64(ch.flags, slot*wordSize) != want {
-		if err := c.waitWord(ch.flags, slot*wordSize, want, ch.peer, true, nil, 0); err != nil {
+		if err := c.waitWord(ch.flags, slot*wordSize, want, ch, true, nil, 0); err != nil {
 			return nil, err
 		}
 	}
@@ -418,7 +440,7 @@ func (c *Comm) recvLL(ch *channel, slot, n int) ([]byte, error) {
 	if want := uint64(f) | uint64(c.op.sig)<<32; sys.Load64(w, 0) != want {
 		// A message of another size would show at the tail flag (LL
 		// is used on write-on-post endpoints only).
-		if err := c.waitWord(w, 0, want, ch.peer, true, ch.fifo, ch.tailOff(slot)); err != nil {
+		if err := c.waitWord(w, 0, want, ch, true, ch.fifo, ch.tailOff(slot)); err != nil {
 			return nil, err
 		}
 	}
@@ -571,13 +593,12 @@ const (
 // gives up on the communicator's failure, the peer's departure, the
 // context's end or the timeout, and backs off from spinning to yielding
 // the CPU when the wait is long.
-func (c *Comm) waitWord(mem []byte, off int, want uint64, peer int, flag bool, alt []byte, altOff int) error {
-	spin := c.spinFirst
-	async := peer >= 0 && c.peers[peer].ep.sleepWait
-	if async {
-		spin = min(spin, 64)
+func (c *Comm) waitWord(mem []byte, off int, want uint64, ch *channel, flag bool, alt []byte, altOff int) error {
+	if ch.q.ep.sleepWait {
+		return c.waitWordPolling(mem, off, want, ch, flag)
 	}
-	for i := 0; i < spin; i++ {
+	peer := ch.peer
+	for i := 0; i < c.spinFirst; i++ {
 		v := sys.Load64(mem, off)
 		if v == want {
 			return nil
@@ -609,18 +630,6 @@ func (c *Comm) waitWord(mem []byte, off int, want uint64, peer int, flag bool, a
 			}
 			continue
 		}
-		if async {
-			// The word is written by the transport's reader goroutine:
-			// sleeping frees this P, whose next look at the network
-			// poller runs that reader at once (spinning would delay it).
-			if i&15 == 0 {
-				if err := c.checkWait(peer, done, start, deadline); err != nil {
-					return err
-				}
-			}
-			time.Sleep(time.Microsecond)
-			continue
-		}
 		if i&c.lookMask != 0 {
 			continue
 		}
@@ -642,8 +651,17 @@ func (c *Comm) waitWord(mem []byte, off int, want uint64, peer int, flag bool, a
 	}
 }
 
-// waitPoll waits until ep has completions to reap, and reaps them.
-func (c *Comm) waitPoll(ep *endpoint, peer int) error {
+// waitWordPolling is waitWord for a word a tcp peer writes: the write
+// lands when this process reads it from the socket. Each look that finds
+// the word unchanged polls the channel's completion queue, and the poll
+// of an empty queue reads the channel's socket on this goroutine and
+// handles what arrived (the transport's progress, transport/tcp poll.go):
+// no reader goroutine is woken per message, and a poll that reads nothing
+// yields the CPU, which the peer rank may need. The completions it reaps
+// free send queue room as they come. Every 16th look polls all of the
+// endpoint's queues (pollAllEvery).
+func (c *Comm) waitWordPolling(mem []byte, off int, want uint64, ch *channel, flag bool) error {
+	peer := ch.peer
 	ctx := c.op.ctx
 	start := time.Now()
 	deadline := start.Add(c.opts.Timeout)
@@ -652,18 +670,76 @@ func (c *Comm) waitPoll(ep *endpoint, peer int) error {
 	}
 	done := ctx.Done()
 	for i := 1; ; i++ {
-		n, err := c.poll(ep)
+		v := sys.Load64(mem, off)
+		if v == want {
+			return nil
+		}
+		if flag && uint32(v) == uint32(want) {
+			// Counter right, signature wrong (see waitWord).
+			time.Sleep(time.Millisecond)
+			if v = sys.Load64(mem, off); v != want && uint32(v) == uint32(want) {
+				return c.fail(fmt.Errorf("%w: rank %d in %s: the message from rank %d belongs to a different call (signature %08x, want %08x)",
+					ErrMismatch, c.rank, c.op.desc(), peer, uint32(v>>32), uint32(want>>32)), true)
+			}
+			continue
+		}
+		if err := c.pollWait(ch.q, i, peer, done, start, deadline); err != nil {
+			return err
+		}
+	}
+}
+
+// pollWait is one look of a wait that polls q's completion queue (on tcp:
+// reads its socket), the i-th: every pollAllEvery looks it checks whether
+// to stop (checkWait) and polls the other QPs of the endpoint too, so
+// that what they owe their peers goes out (an acknowledgement a poll left
+// for the next write, transport/tcp poll.go deferAck), and what arrived on
+// them is taken in.
+func (c *Comm) pollWait(q *qpState, i, peer int, done <-chan struct{}, start, deadline time.Time) error {
+	if i%pollAllEvery == 0 {
+		if err := c.checkWait(peer, done, start, deadline); err != nil {
+			return err
+		}
+		if q.cq != q.ep.scq {
+			_, err := c.poll(q.ep)
+			return err
+		}
+	}
+	_, err := c.pollCQ(q.ep, q.cq)
+	return err
+}
+
+const pollAllEvery = 16
+
+// waitPoll waits until q has completions to reap (on endpoints with one
+// send CQ: any QP of the endpoint), and reaps them.
+func (c *Comm) waitPoll(q *qpState) error {
+	ep := q.ep
+	ctx := c.op.ctx
+	start := time.Now()
+	deadline := start.Add(c.opts.Timeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	done := ctx.Done()
+	was := q.completed
+	for i := 1; ; i++ {
+		if ep.sleepWait {
+			// The poll reads the socket, and yields when idle
+			// (waitWordPolling).
+			if err := c.pollWait(q, i, q.peer, done, start, deadline); err != nil || q.completed != was {
+				return err
+			}
+			continue
+		}
+		n, err := c.pollCQ(ep, q.cq)
 		if n > 0 || err != nil {
 			return err
 		}
 		if i&15 == 0 {
-			if err := c.checkWait(peer, done, start, deadline); err != nil {
+			if err := c.checkWait(q.peer, done, start, deadline); err != nil {
 				return err
 			}
-		}
-		if ep.sleepWait {
-			time.Sleep(time.Microsecond) // see waitWord
-			continue
 		}
 		c.backoff(start)
 	}

@@ -111,18 +111,22 @@
 // reader's work itself: it reads what has arrived on the sockets of the
 // QPs completing into that CQ (non-blocking), handles every whole frame,
 // produces the completions, and writes what that owes; the completion is
-// in the same Poll's result. Meanwhile the reader sleeps (it looks again
-// every 200 µs, and at once when the application sleeps in CQ.Wait) and
-// the socket's SO_RCVLOWAT is raised, so that arriving data wakes no
-// thread of the process: one busy thread per process does all the work.
-// The read side has one owner at a time (a mutex the reader gives up only
-// between frames, and pollers take with TryLock); a poller hands over to
-// the reader what it must not do (a payload too large for its buffer, the
-// output stall, the end of the link). An ACK a poller owes waits for the
-// application's next post, which carries it in its writev, or for the
-// next poll or the reader's next look (200 µs at most), whichever is
-// first. A poll that reads nothing yields the CPU (sched_yield), as the
-// reader's busy poll does: on a host with more busy threads than cores
+// in the same Poll's result. Meanwhile the reader sleeps and the socket's
+// SO_RCVLOWAT is raised, so that arriving data wakes no thread of the
+// process: one busy thread per process does all the work. The context's
+// lease keeper wakes the reader when the application has stopped polling
+// the link: 200-400 µs after its last poll when it polls no CQ of the
+// context either, up to 6.4 ms while it polls others (a process with many
+// links polls each now and then only); it wakes at once when the
+// application sleeps in CQ.Wait. The read side has one owner at a time (a
+// mutex the reader gives up only between frames, and pollers take with
+// TryLock); a poller hands over to the reader what it must not do (a
+// payload too large for its buffer, the output stall, the end of the
+// link). An ACK a poller owes waits for the application's next post,
+// which carries it in its writev, or for the next poll or the reader's
+// next look, whichever is first. A poll that reads nothing yields the CPU
+// (sched_yield), as the reader's busy poll does: on a host with more busy
+// threads than cores
 // the thread it waits for may need it.
 //
 // When nobody polls, the reader busy-polls its socket for up to
@@ -130,7 +134,8 @@
 // poller. An application that waits for completions by spinning on
 // memory alone (never polling a CQ) gets the reader's service; one that
 // polls and then turns to memory may wait up to about two 200 µs looks
-// for the next message.
+// for the next message, and one that keeps polling a CQ other than the
+// link's up to 6.4 ms.
 // The nonces in the addresses double as a weak credential: a connection is
 // only routed to a QP by a hello that names both QP numbers and both
 // nonces. The transport does not encrypt or authenticate beyond that.

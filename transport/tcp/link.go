@@ -151,33 +151,38 @@ type link struct {
 	// until the reader has taken the read side.
 	handover atomic.Bool
 	// leased: the reader sleeps in await while pollers read; it comes
-	// back within appLease (deferAck relies on it).
-	leased atomic.Bool
-	rwake  chan struct{} // wakes the reader from its sleep in await
-	rtimer *time.Timer   // the reader's sleep in await
+	// back within about two appLease of the application's last poll
+	// (deferAck relies on it), woken by the lease keeper, which sets
+	// leaseOver.
+	leased    atomic.Bool
+	leaseOver atomic.Bool
+	rwake     chan struct{} // wakes the reader from its sleep in await
+	// keeperSeen is polled as the lease keeper last saw it, keeperSince
+	// when it saw it move (the keeper's own).
+	keeperSeen  uint64
+	keeperSince time.Time
 
 	// rmu is the read side: the fields below belong to whoever holds it.
 	// The link goroutine holds it from its start, and lets go of it only
 	// while it waits for input between frames (idle) and once it has
 	// exited (rdone); an application goroutine polling an empty CQ takes
 	// it meanwhile with TryLock and handles what has arrived (poll.go).
-	rmu         sync.Mutex
-	rdone       bool      // the link goroutine has exited: nothing more is read
-	perr        error     // a poller's handling ended the link: the reader exits with it
-	kicked      bool      // a poller set a read deadline to wake the reader
-	lastPolled  uint64    // polled when the reader last went idle
-	pollFrames  uint64    // frames handled by pollers
-	ackDeferred bool      // an ACK waits in the output queue for the next write (deferAck)
-	appSeen     time.Time // when the reader last saw polled move
-	resp        *rcproto.Responder
-	rbuf        []byte
-	rpos        int
-	rend        int
-	dropAll     bool         // the QP left RTR/RTS: drop every request
-	stall       bool         // maxQueuedResp responses queued: wait for the peer to read
-	keys        keytab.Cache // last rkey resolved
-	rdMem       []byte       // data of the READ_RESP the responder queued last
-	rdPin       keytab.Pin   // and its key's pin
+	rmu        sync.Mutex
+	rdone      bool      // the link goroutine has exited: nothing more is read
+	perr       error     // a poller's handling ended the link: the reader exits with it
+	kicked     bool      // a poller set a read deadline to wake the reader
+	lastPolled uint64    // polled when the reader last went idle
+	pollFrames uint64    // frames handled by pollers
+	appSeen    time.Time // when the reader last saw polled move
+	resp       *rcproto.Responder
+	rbuf       []byte
+	rpos       int
+	rend       int
+	dropAll    bool         // the QP left RTR/RTS: drop every request
+	stall      bool         // maxQueuedResp responses queued: wait for the peer to read
+	keys       keytab.Cache // last rkey resolved
+	rdMem      []byte       // data of the READ_RESP the responder queued last
+	rdPin      keytab.Pin   // and its key's pin
 	// pinned non-blocking read (readPinned, rawReadPinned)
 	ptab      keytab.Table
 	pin       keytab.Pin
@@ -207,7 +212,6 @@ func newLink(d *qpDriver, peer qpAddr, ip net.IP, dialer bool, rqpsn psn, maxDes
 		incoming: make(chan *net.TCPConn, 1),
 		wake:     make(chan struct{}, 1),
 		rwake:    make(chan struct{}, 1),
-		rtimer:   time.NewTimer(time.Hour),
 		epoch:    time.Now(),
 		resp:     rcproto.NewResponder(rcproto.RespConfig{FirstPSN: rqpsn, MaxDestRdAtomic: maxDestRd}),
 		busyPoll: d.cd.busyPoll,
@@ -221,7 +225,6 @@ func newLink(d *qpDriver, peer qpAddr, ip net.IP, dialer bool, rqpsn psn, maxDes
 	l.readPinFn = l.rawReadPinned
 	l.timer = time.AfterFunc(time.Hour, l.onTimer)
 	l.timer.Stop()
-	l.rtimer.Stop()
 	l.out.init()
 	return l
 }

@@ -216,3 +216,35 @@ func TestPollAckNotLost(t *testing.T) {
 		expect(t, a.waitCQ(a.scq, 1, 10*time.Second)[0], verbs.StatusSuccess)
 	}
 }
+
+// A link whose CQ the application stops polling gets its reader back
+// while the application keeps polling another CQ of the context (after
+// up to maxIdleLooks of the lease keeper's looks): writes to it land.
+func TestPollOtherCQLeaseEnds(t *testing.T) {
+	o := opts{}.withDefaults()
+	cb := openBusy(t, 50*time.Microsecond)
+	a1, b1 := newEnd(t, openBusy(t, 50*time.Microsecond), o, 0), newEnd(t, cb, o, 0)
+	a2, b2 := newEnd(t, openBusy(t, 50*time.Microsecond), o, 0), newEnd(t, cb, o, 0)
+	connect(a1, b1, o)
+	connect(a2, b2, o)
+	mem := b2.mr.Bytes()
+	for round := 1; round <= 5; round++ {
+		// b polls both links' CQs (both readers leased), then only b1's.
+		deadline := time.Now().Add(time.Millisecond)
+		for time.Now().Before(deadline) {
+			b1.scq.Poll(b1.wcs[:0])
+			b2.scq.Poll(b2.wcs[:0])
+		}
+		a2.mr.Bytes()[0] = byte(round)
+		a2.post(verbs.SendWR{Opcode: verbs.OpWrite, SGL: sgl(a2.mr, 0, 1), RemoteAddr: b2.mr.Addr(), RKey: b2.mr.RKey()})
+		start := time.Now()
+		deadline = start.Add(10 * time.Second)
+		for byte(sys.Load32(mem, 0)) != byte(round) {
+			b1.scq.Poll(b1.wcs[:0])
+			if time.Now().After(deadline) {
+				t.Fatalf("round %d: the write to the link nobody polls never landed", round)
+			}
+		}
+		t.Logf("round %d: landed after %v", round, time.Since(start))
+	}
+}

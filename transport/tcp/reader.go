@@ -78,7 +78,7 @@ func (l *link) handleFrame(f *frame) error {
 }
 
 func (l *link) flushOwed() {
-	l.owedFrames, l.owedBytes, l.ackDeferred = 0, 0, false
+	l.owedFrames, l.owedBytes = 0, 0
 	l.drainResponses(true)
 	l.flush()
 }

@@ -65,6 +65,11 @@ func (driver) Open(dev verbs.DeviceInfo, opts vdriver.Options, ctx *soft.Context
 		return nil, err
 	}
 	cd.busyPoll = max(opts.TCPBusyPoll, 0)
+	if cd.busyPoll > 0 {
+		cd.leaseWake = make(chan struct{}, 1)
+		cd.wg.Add(1)
+		go cd.leaseKeeper()
+	}
 	return cd, nil
 }
 
@@ -146,6 +151,14 @@ type ctxDriver struct {
 	// pollers lists the links with a connection, for Progress (poll.go);
 	// written under mu.
 	pollers atomic.Pointer[[]*link]
+	// leasedN counts the readers leased to pollers; leaseWake starts the
+	// lease keeper's ticks (poll.go leaseKeeper).
+	leasedN   atomic.Int32
+	leaseWake chan struct{}
+	// polls counts Progress calls; keeperPolls is it as the keeper last
+	// saw it (the keeper's own).
+	polls       atomic.Uint64
+	keeperPolls uint64
 
 	// mu guards qps, pending, handshakes, ready and closed.
 	mu         sync.Mutex
