@@ -16,6 +16,9 @@ type batchOS struct {
 	iovs  [MaxBatch]unix.Iovec
 	names [MaxBatch]unix.RawSockaddrInet6
 	ctl   [MaxBatch][ctlLen]byte
+	// vios holds the iovecs of messages sent from Vecs (grown, never
+	// shrunk: no allocation once it fits a batch).
+	vios [MaxBatch][]unix.Iovec
 }
 
 // HasUDPBatch reports whether SendBatch and RecvBatch work on this system.
@@ -60,6 +63,21 @@ func (b *UDPBatch) SendBatch(fd, from, n int) (int, error) {
 	for i := from; i < n; i++ {
 		h := b.header(i)
 		h.Namelen = b.setName(i, b.Addrs[i])
+		if v := b.Vecs[i]; len(v) > 0 {
+			if len(v) > MaxVecs {
+				return 0, unix.EMSGSIZE
+			}
+			if cap(b.vios[i]) < len(v) {
+				b.vios[i] = make([]unix.Iovec, len(v), max(len(v), 64))
+			}
+			io := b.vios[i][:len(v)]
+			for k, s := range v {
+				io[k].Base = unsafe.SliceData(s)
+				io[k].SetLen(len(s))
+			}
+			h.Iov = &io[0]
+			h.SetIovlen(len(io))
+		}
 		if b.Seg[i] != 0 {
 			c := b.ctl[i][:unix.CmsgSpace(2)]
 			clear(c)

@@ -116,6 +116,24 @@ func (h *Hasher) ICRC(a *Addrs, body []byte) uint32 {
 	return crcUpdate(c, body[BTHLen:])
 }
 
+// ICRCParts is ICRC for a packet laid out in pieces: its UDP payload,
+// without the ICRC, is hdr (which starts with the BTH), then the buffers
+// of mid, then pad (as a sender gathers a payload from registered memory
+// between headers and pad of its own).
+func (h *Hasher) ICRCParts(a *Addrs, hdr []byte, mid [][]byte, pad []byte) uint32 {
+	n := len(hdr) + len(pad) + ICRCLen
+	for _, m := range mid {
+		n += len(m)
+	}
+	ps, _ := pseudo(&h.buf, a, hdr, n)
+	c := crcUpdate(lrhSeed, ps)
+	c = crcUpdate(c, hdr[BTHLen:])
+	for _, m := range mid {
+		c = crcUpdate(c, m)
+	}
+	return crcUpdate(c, pad)
+}
+
 // PutICRC computes the ICRC of pkt (a whole UDP payload: the last four
 // bytes are the ICRC's) and stores it there.
 func (h *Hasher) PutICRC(a *Addrs, pkt []byte) {

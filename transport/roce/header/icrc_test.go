@@ -105,3 +105,36 @@ func TestSolveIDAllBits(t *testing.T) {
 		}
 	}
 }
+
+// TestICRCParts: the ICRC of a packet in pieces is that of the packet in
+// one buffer, however the payload is cut, for IPv4 (any identification)
+// and IPv6.
+func TestICRCParts(t *testing.T) {
+	for _, src := range []string{"10.0.0.1", "fd00::1"} {
+		dst := "10.0.0.2"
+		if src == "fd00::1" {
+			dst = "fd00::2"
+		}
+		a := Addrs{Src: netip.MustParseAddr(src), Dst: netip.MustParseAddr(dst), SrcPort: 49152, DstPort: UDPPort, ID: 7}
+		for _, n := range []int{1, 3, 64, 4093} {
+			var p Packet
+			pkt := make([]byte, Len(RCWriteFirst, n))
+			Build(&p, pkt, RCWriteFirst, n)
+			p.BTH.Encode(&BTHFields{Opcode: RCWriteFirst, PadCount: PadCount(n), PKey: DefaultPKey, DestQP: 5, PSN: 11})
+			p.RETH.Encode(0x1000, 0x77, uint32(n))
+			for i := range p.Payload {
+				p.Payload[i] = byte(i*7 + 1)
+			}
+			var h Hasher
+			want := h.ICRC(&a, p.Body)
+			hl := len(pkt) - ICRCLen - n - PadCount(n)
+			pad := p.Body[hl+n:]
+			for _, cut := range []int{0, 1, n / 2, n} {
+				mid := [][]byte{p.Payload[:cut], p.Payload[cut:]}
+				if got := h.ICRCParts(&a, p.Body[:hl], mid, pad); got != want {
+					t.Fatalf("%s n=%d cut=%d: ICRCParts %#x, want %#x", src, n, cut, got, want)
+				}
+			}
+		}
+	}
+}
