@@ -649,15 +649,15 @@ type txBatch struct {
 	// batch is sent, so that the memory cannot be deregistered while the
 	// ICRC and the kernel read it. While the socket is full the pins are
 	// let go (parked) and entered again before the next try.
-	hdrLen       [sys.MaxBatch]int
-	payN         [sys.MaxBatch]int
-	pFrom, pTo   [sys.MaxBatch]int
-	pays         [][]byte
-	vecs         [][]byte // the messages' gather lists (UDPBatch.Vecs)
-	pins         []keytab.Pin
-	ltab         keytab.Table
-	parked       bool
-	flat         []byte // a referring datagram in one piece, for the test filter
+	hdrLen     [sys.MaxBatch]int
+	payN       [sys.MaxBatch]int
+	pFrom, pTo [sys.MaxBatch]int
+	pays       [][]byte
+	vecs       [][]byte // the messages' gather lists (UDPBatch.Vecs)
+	pins       []keytab.Pin
+	ltab       keytab.Table
+	parked     bool
+	flat       []byte // a referring datagram in one piece, for the test filter
 }
 
 func newTxBatch(ep *endpoint) *txBatch {
