@@ -3,6 +3,7 @@
 package sys
 
 import (
+	"bytes"
 	"net"
 	"testing"
 	"time"
@@ -78,17 +79,24 @@ func TestUDPBatch(t *testing.T) {
 }
 
 // A GSO message of three 100-byte segments arrives as three datagrams
-// (or, with GRO, as one buffer with its segment size).
+// (or, with GRO, as one buffer with its segment size), whether it is one
+// buffer or a gather list (Vecs) cut across the segments' bounds.
 func TestUDPGSO(t *testing.T) {
-	for _, gro := range []bool{false, true} {
+	for _, c := range []struct{ gro, vecs bool }{{false, false}, {true, false}, {false, true}, {true, true}} {
+		gro := c.gro
 		_, b, fa, fb := udpPair(t, gro)
 		to := b.LocalAddr().(*net.UDPAddr).AddrPort()
 		var sb, rb UDPBatch
 		msg := make([]byte, 250)
 		for i := range msg {
-			msg[i] = byte(i / 100)
+			msg[i] = byte(i/100) + byte(i)*3
 		}
 		sb.Bufs[0], sb.Addrs[0], sb.Seg[0] = msg, to, 100
+		if c.vecs {
+			sb.Bufs[0] = nil
+			sb.Vecs[0] = [][]byte{msg[:10], msg[10:10], msg[10:100], msg[100:103], msg[103:240], msg[240:]}
+		}
+		var got []byte
 		if n, err := sb.SendBatch(fa, 0, 1); err == ErrGSO {
 			t.Skipf("SKIP (loud): the kernel refuses UDP GSO here: %v", err)
 		} else if err != nil || n != 1 {
@@ -114,10 +122,14 @@ func TestUDPGSO(t *testing.T) {
 					sizes = append(sizes, min(seg, rb.Lens[i]-off))
 				}
 				total += rb.Lens[i]
+				got = append(got, rb.Bufs[i][:rb.Lens[i]]...)
 			}
 		}
 		if len(sizes) != 3 || sizes[0] != 100 || sizes[1] != 100 || sizes[2] != 50 {
-			t.Fatalf("gro=%v: segments %v", gro, sizes)
+			t.Fatalf("%+v: segments %v", c, sizes)
+		}
+		if !bytes.Equal(got, msg) {
+			t.Fatalf("%+v: the bytes differ", c)
 		}
 	}
 }
