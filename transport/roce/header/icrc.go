@@ -98,7 +98,10 @@ type Hasher struct {
 	buf    [pseudoMax]byte
 	bth    [BTHLen]byte
 	solver idSolver // the last length's (solver.k == 0: none yet)
-	memo   prefixMemo
+	// memo holds the last two packet shapes (a message's first packet,
+	// with its RETH, is longer than the rest); old is the one to replace.
+	memo [2]prefixMemo
+	old  int
 }
 
 // prefixMemo is the CRC register after the masked LRH, IP and UDP headers
@@ -138,13 +141,18 @@ var idHi, idLo = func() (hi, lo [256]uint32) {
 // a packet between a's addresses whose UDP payload is n bytes, then its
 // masked BTH, bth.
 func (h *Hasher) prefix(a *Addrs, bth []byte, n int) uint32 {
-	m := &h.memo
-	if !m.valid || m.n != n || m.sport != a.SrcPort || m.dport != a.DstPort || m.src != a.Src || m.dst != a.Dst {
-		aa := *a
-		aa.ID = 0
-		ps, idOff := pseudo(&h.buf, &aa, bth, n)
-		*m = prefixMemo{valid: true, v4: idOff >= 0, src: a.Src, dst: a.Dst, sport: a.SrcPort, dport: a.DstPort, n: n,
-			crc: crcUpdate(lrhSeed, ps[:len(ps)-BTHLen])}
+	m := &h.memo[0]
+	if !m.matches(a, n) {
+		m = &h.memo[1]
+		if !m.matches(a, n) {
+			m = &h.memo[h.old]
+			aa := *a
+			aa.ID = 0
+			ps, idOff := pseudo(&h.buf, &aa, bth, n)
+			*m = prefixMemo{valid: true, v4: idOff >= 0, src: a.Src, dst: a.Dst, sport: a.SrcPort, dport: a.DstPort, n: n,
+				crc: crcUpdate(lrhSeed, ps[:len(ps)-BTHLen])}
+			h.old ^= 1
+		}
 	}
 	c := m.crc
 	if m.v4 && a.ID != 0 {
@@ -152,8 +160,15 @@ func (h *Hasher) prefix(a *Addrs, bth []byte, n int) uint32 {
 	}
 	copy(h.bth[:], bth[:BTHLen])
 	h.bth[bthResv8a] = 0xff
-	return crcUpdate(c, h.bth[:])
+	return crcBTH(c, &h.bth)
 }
+
+func (m *prefixMemo) matches(a *Addrs, n int) bool {
+	return m.valid && m.n == n && m.sport == a.SrcPort && m.dport == a.DstPort && m.src == a.Src && m.dst == a.Dst
+}
+
+// v4 reports whether a is of IPv4 packets (with an identification).
+func (h *Hasher) v4(a *Addrs) bool { return a.Src.Is4() || a.Src.Is4In6() }
 
 // ICRC is Hasher.ICRC with a temporary Hasher.
 func ICRC(a *Addrs, body []byte) uint32 { return new(Hasher).ICRC(a, body) }
@@ -212,7 +227,7 @@ func (h *Hasher) CheckICRC(a *Addrs, pkt []byte) (id uint16, ok bool) {
 	if c == want {
 		return 0, true
 	}
-	if !h.memo.v4 {
+	if !h.v4(a) {
 		return 0, false
 	}
 	// The identification's bytes are followed by m more bytes.
