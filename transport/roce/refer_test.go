@@ -4,6 +4,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rdmakit/rdmakit/internal/keytab"
+	"github.com/rdmakit/rdmakit/internal/soft"
+	"github.com/rdmakit/rdmakit/transport/roce/header"
 	"github.com/rdmakit/rdmakit/verbs"
 )
 
@@ -47,5 +50,51 @@ func TestWriteFromMR(t *testing.T) {
 	// Nothing touches the region now: removed, its slot is idle at once.
 	if s := d.ltab.RemoveSlot(a.mr.LKey()); s == 0 || !d.ltab.Idle(s, 0) {
 		t.Fatalf("the source region's key is in use after its Writes completed (slot %d)", s)
+	}
+}
+
+// TestReferPark: a batch that refers to registered memory holds its key
+// entered until it is sent, lets it go while it waits for a full socket
+// (park: a Dereg meanwhile does not wait for it), and on resuming finds
+// the key gone and drops what it had (unpark fails), holding nothing.
+func TestReferPark(t *testing.T) {
+	a, _ := pair(t, 1<<20, verbs.MTU4096)
+	d := qpOf(a.ctx, a.qp)
+	_, pin, ok := d.ltab.LookupPin(a.mr.LKey(), nil)
+	if !ok {
+		t.Fatal("no pin for the region's lkey")
+	}
+	e := &soft.SendEntry{Local: [][]byte{a.mr.Bytes()[:8192]}, Pins: []keytab.Pin{pin}, Len: 8192}
+	d.txMu.Lock()
+	defer d.txMu.Unlock()
+	tx := d.tx
+	if tx.buf() == nil {
+		t.Fatal("batch full")
+	}
+	if ok, keyOK := tx.refer(e, 4096, 4096, header.BTHLen); !ok || !keyOK {
+		t.Fatalf("refer = %v, %v", ok, keyOK)
+	}
+	if len(tx.pins) != 1 {
+		t.Fatalf("%d pins entered, want 1", len(tx.pins))
+	}
+	tx.park()
+	if !tx.unpark() || tx.parked {
+		t.Fatal("unpark of a live key failed")
+	}
+	tx.park()
+	tx.park() // twice: still one Leave
+	s := d.ltab.RemoveSlot(a.mr.LKey())
+	if !d.ltab.Idle(s, 0) {
+		t.Fatal("a parked batch still holds the key")
+	}
+	if tx.unpark() {
+		t.Fatal("unpark entered a removed key")
+	}
+	if len(tx.pins) != 0 || tx.parked {
+		t.Fatalf("after a failed unpark: %d pins, parked %v", len(tx.pins), tx.parked)
+	}
+	tx.release()
+	if !d.ltab.Idle(s, 0) {
+		t.Fatal("the key is in use after release")
 	}
 }
