@@ -855,16 +855,30 @@ func (b *txBatch) compose(p int, useGSO bool) int {
 		b.Bufs[m] = b.arena[b.off[p] : b.off[p]+total]
 		b.Vecs[m] = nil
 		if gather {
-			v0 := len(b.vecs)
+			// The pieces in the arena: a datagram's headers, and its
+			// pad and ICRC, which end its room, right before the next
+			// datagram's headers: one iovec for those two.
+			v0, at, end := len(b.vecs), -1, -1
+			arena := func(from, to int) {
+				if from == end {
+					b.vecs[len(b.vecs)-1] = b.arena[at:to]
+				} else {
+					b.vecs = append(b.vecs, b.arena[from:to])
+					at = from
+				}
+				end = to
+			}
 			for i := p; i < q; i++ {
+				o := b.off[i]
 				if b.hdrLen[i] == 0 {
-					b.vecs = append(b.vecs, b.arena[b.off[i]:b.off[i]+b.size[i]])
+					arena(o, o+b.size[i])
 					continue
 				}
-				o, hl := b.off[i], b.hdrLen[i]
-				b.vecs = append(b.vecs, b.arena[o:o+hl])
+				hl := b.hdrLen[i]
+				arena(o, o+hl)
 				b.vecs = append(b.vecs, b.pays[b.pFrom[i]:b.pTo[i]]...)
-				b.vecs = append(b.vecs, b.arena[o+hl+b.payN[i]:o+b.size[i]]) // pad and ICRC
+				end = -1
+				arena(o+hl+b.payN[i], o+b.size[i]) // pad and ICRC
 			}
 			b.Vecs[m] = b.vecs[v0:len(b.vecs):len(b.vecs)]
 		}
