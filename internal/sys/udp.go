@@ -9,7 +9,10 @@ const MaxBatch = 64
 // segment limit and the largest IP packet.
 const (
 	MaxGSOSegments = 64
-	MaxGSOBytes    = 65000
+	// MaxVecs bounds the buffers of one message (UDPBatch.Vecs): the
+	// kernel's UIO_MAXIOV.
+	MaxVecs     = 1024
+	MaxGSOBytes = 65000
 )
 
 // ErrGSO is returned by SendBatch when the kernel or the route refuses
@@ -37,6 +40,12 @@ type UDPBatch struct {
 	// RecvBatch it says Bufs[i] holds datagrams of Seg[i] bytes the
 	// kernel coalesced (UDP_GRO), the last possibly shorter.
 	Seg [MaxBatch]uint16
+	// Vecs, when Vecs[i] is not empty, makes SendBatch send the
+	// concatenation of Vecs[i] as message i instead of Bufs[i] (a
+	// gather list: headers from one place, payload from another; with
+	// Seg[i] the kernel cuts the whole into datagrams). At most
+	// MaxVecs buffers a message. SendBatch only.
+	Vecs [MaxBatch][][]byte
 
 	batchOS
 }

@@ -3,6 +3,7 @@
 package sys
 
 import (
+	"bytes"
 	"net"
 	"testing"
 	"time"
@@ -78,17 +79,24 @@ func TestUDPBatch(t *testing.T) {
 }
 
 // A GSO message of three 100-byte segments arrives as three datagrams
-// (or, with GRO, as one buffer with its segment size).
+// (or, with GRO, as one buffer with its segment size), whether it is one
+// buffer or a gather list (Vecs) cut across the segments' bounds.
 func TestUDPGSO(t *testing.T) {
-	for _, gro := range []bool{false, true} {
+	for _, c := range []struct{ gro, vecs bool }{{false, false}, {true, false}, {false, true}, {true, true}} {
+		gro := c.gro
 		_, b, fa, fb := udpPair(t, gro)
 		to := b.LocalAddr().(*net.UDPAddr).AddrPort()
 		var sb, rb UDPBatch
 		msg := make([]byte, 250)
 		for i := range msg {
-			msg[i] = byte(i / 100)
+			msg[i] = byte(i/100) + byte(i)*3
 		}
 		sb.Bufs[0], sb.Addrs[0], sb.Seg[0] = msg, to, 100
+		if c.vecs {
+			sb.Bufs[0] = nil
+			sb.Vecs[0] = [][]byte{msg[:10], msg[10:10], msg[10:100], msg[100:103], msg[103:240], msg[240:]}
+		}
+		var got []byte
 		if n, err := sb.SendBatch(fa, 0, 1); err == ErrGSO {
 			t.Skipf("SKIP (loud): the kernel refuses UDP GSO here: %v", err)
 		} else if err != nil || n != 1 {
@@ -114,10 +122,65 @@ func TestUDPGSO(t *testing.T) {
 					sizes = append(sizes, min(seg, rb.Lens[i]-off))
 				}
 				total += rb.Lens[i]
+				got = append(got, rb.Bufs[i][:rb.Lens[i]]...)
 			}
 		}
 		if len(sizes) != 3 || sizes[0] != 100 || sizes[1] != 100 || sizes[2] != 50 {
-			t.Fatalf("gro=%v: segments %v", gro, sizes)
+			t.Fatalf("%+v: segments %v", c, sizes)
+		}
+		if !bytes.Equal(got, msg) {
+			t.Fatalf("%+v: the bytes differ", c)
+		}
+	}
+}
+
+// TestUDPBatchReuse: one UDPBatch receives, sends, and receives again,
+// and a receive after Bufs changed fills the new buffers (RecvBatch
+// keeps its headers between calls), with the sender's address and
+// traffic class each time.
+func TestUDPBatchReuse(t *testing.T) {
+	a, b, fa, fb := udpPair(t, false)
+	to := b.LocalAddr().(*net.UDPAddr).AddrPort()
+	back := a.LocalAddr().(*net.UDPAddr).AddrPort()
+	var sb, rb UDPBatch
+	buf := make([]byte, 2*MaxBatch*64)
+	for i := range rb.Bufs {
+		rb.Bufs[i] = buf[i*64 : (i+1)*64]
+	}
+	for round := 0; round < 4; round++ {
+		sb.Bufs[0], sb.Addrs[0] = []byte{byte(round), 9, 9, 9}, to
+		sb.Bufs[1], sb.Addrs[1] = []byte{byte(round), 8}, to
+		if n, err := sb.SendBatch(fa, 0, 2); err != nil || n != 2 {
+			t.Fatalf("round %d: sent %d: %v", round, n, err)
+		}
+		if round == 2 {
+			rb.Bufs[1] = buf[MaxBatch*64 : MaxBatch*64+32] // the second buffer moves
+		}
+		got := 0
+		for got < 2 {
+			n := recvAll(t, fb, &rb, 2-got)
+			for i := 0; i < n; i++ {
+				k := got + i
+				want := []byte{byte(round), 9, 9, 9}
+				if k == 1 {
+					want = []byte{byte(round), 8}
+				}
+				if !bytes.Equal(rb.Bufs[i][:rb.Lens[i]], want) || rb.Addrs[i] != back || rb.TOS[i]&3 != 2 {
+					t.Fatalf("round %d datagram %d: %x from %v tos %#x", round, k, rb.Bufs[i][:rb.Lens[i]], rb.Addrs[i], rb.TOS[i])
+				}
+			}
+			got += n
+		}
+		// The receiving batch sends from its own first buffer, as it
+		// is (its headers change, its buffers do not), then receives.
+		rb.Bufs[0][0], rb.Addrs[0] = 7, back
+		if n, err := rb.SendBatch(fb, 0, 1); err != nil || n != 1 {
+			t.Fatalf("round %d: reply %d: %v", round, n, err)
+		}
+		var xb UDPBatch
+		xb.Bufs[0] = make([]byte, 128)
+		if n := recvAll(t, fa, &xb, 1); n != 1 || xb.Lens[0] != 64 || xb.Bufs[0][0] != 7 {
+			t.Fatalf("round %d: reply %d %x", round, n, xb.Bufs[0][:xb.Lens[0]])
 		}
 	}
 }

@@ -16,6 +16,12 @@ type batchOS struct {
 	iovs  [MaxBatch]unix.Iovec
 	names [MaxBatch]unix.RawSockaddrInet6
 	ctl   [MaxBatch][ctlLen]byte
+	// vios holds the iovecs of messages sent from Vecs (grown, never
+	// shrunk: no allocation once it fits a batch).
+	vios [MaxBatch][]unix.Iovec
+	// rxReady: the headers are set up for RecvBatch (SendBatch changes
+	// them); a receive then only resets what the kernel wrote.
+	rxReady bool
 }
 
 // HasUDPBatch reports whether SendBatch and RecvBatch work on this system.
@@ -57,9 +63,25 @@ func (b *UDPBatch) SendBatch(fd, from, n int) (int, error) {
 	if from >= n {
 		return 0, nil
 	}
+	b.rxReady = false
 	for i := from; i < n; i++ {
 		h := b.header(i)
 		h.Namelen = b.setName(i, b.Addrs[i])
+		if v := b.Vecs[i]; len(v) > 0 {
+			if len(v) > MaxVecs {
+				return 0, unix.EMSGSIZE
+			}
+			if cap(b.vios[i]) < len(v) {
+				b.vios[i] = make([]unix.Iovec, len(v), max(len(v), 64))
+			}
+			io := b.vios[i][:len(v)]
+			for k, s := range v {
+				io[k].Base = unsafe.SliceData(s)
+				io[k].SetLen(len(s))
+			}
+			h.Iov = &io[0]
+			h.SetIovlen(len(io))
+		}
 		if b.Seg[i] != 0 {
 			c := b.ctl[i][:unix.CmsgSpace(2)]
 			clear(c)
@@ -106,10 +128,22 @@ func (b *UDPBatch) header(i int) *unix.Msghdr {
 // recvmmsg(2), without waiting, and sets their Lens, Addrs and TOS. It
 // returns ErrAgain when nothing is there.
 func (b *UDPBatch) RecvBatch(fd, n int) (int, error) {
+	if !b.rxReady {
+		for i := range b.hdrs {
+			h := b.header(i)
+			h.Control = &b.ctl[i][0]
+		}
+		b.rxReady = true
+	}
 	for i := 0; i < n; i++ {
-		h := b.header(i)
+		// The kernel writes the lengths of name and control data; the
+		// pointers stay, and the buffer's only where Bufs[i] changed.
+		h := &b.hdrs[i].Hdr
+		if b.iovs[i].Base != unsafe.SliceData(b.Bufs[i]) || uint64(b.iovs[i].Len) != uint64(len(b.Bufs[i])) {
+			b.header(i)
+			h.Control = &b.ctl[i][0]
+		}
 		h.Namelen = unix.SizeofSockaddrInet6
-		h.Control = &b.ctl[i][0]
 		h.SetControllen(ctlLen)
 	}
 	for {

@@ -39,4 +39,11 @@ func BenchmarkWriteBW(b *testing.B) {
 			RemoteAddr: p.mr.Addr() + uint64(off), RKey: p.mr.RKey()})
 		out++
 	}
+	b.StopTimer()
+	// Losses on loopback mean a bug (a bad ICRC, a packet the peer
+	// dropped): they show as retransmissions.
+	sa, _ := Stats(a.ctx)
+	sp, _ := Stats(p.ctx)
+	b.ReportMetric(float64(sa.Retransmits), "retransmits")
+	b.ReportMetric(float64(sp.RxBadICRC+sp.RxMalformed+sp.RxUnknownQP), "rx-dropped")
 }

@@ -32,6 +32,7 @@ package roce
 // (refcounted): a UDP port can be bound once.
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -42,6 +43,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/rdmakit/rdmakit/internal/keytab"
+	"github.com/rdmakit/rdmakit/internal/soft"
 	"github.com/rdmakit/rdmakit/internal/sys"
 	"github.com/rdmakit/rdmakit/transport/roce/header"
 	"github.com/rdmakit/rdmakit/verbs"
@@ -637,6 +640,24 @@ type txBatch struct {
 	n, from      int
 	gsoFailed    bool
 	fn           func(fd uintptr) bool
+
+	// Datagrams whose payload is sent from registered memory in place
+	// (refer): hdrLen[i] > 0 says datagram i is its headers (the first
+	// hdrLen[i] bytes of its room), the pieces pays[pFrom[i]:pTo[i]]
+	// (payN[i] bytes), then its pad and ICRC (the end of its room); the
+	// pieces' keys stay entered (pins, in ltab) from refer until the
+	// batch is sent, so that the memory cannot be deregistered while the
+	// ICRC and the kernel read it. While the socket is full the pins are
+	// let go (parked) and entered again before the next try.
+	hdrLen     [sys.MaxBatch]int
+	payN       [sys.MaxBatch]int
+	pFrom, pTo [sys.MaxBatch]int
+	pays       [][]byte
+	vecs       [][]byte // the messages' gather lists (UDPBatch.Vecs)
+	pins       []keytab.Pin
+	ltab       keytab.Table
+	parked     bool
+	flat       []byte // a referring datagram in one piece, for the test filter
 }
 
 func newTxBatch(ep *endpoint) *txBatch {
@@ -645,13 +666,159 @@ func newTxBatch(ep *endpoint) *txBatch {
 	return b
 }
 
+// referring prepares b for datagrams that refer to memory under the keys
+// of table t (a QP's batch).
+func (b *txBatch) referring(t keytab.Table) {
+	b.ltab = t
+	b.pays = make([][]byte, 0, sys.MaxBatch*2)
+	b.vecs = make([][]byte, 0, sys.MaxBatch*4)
+	b.pins = make([]keytab.Pin, 0, sys.MaxBatch)
+	b.flat = make([]byte, maxPacket)
+}
+
 // buf returns room for the next datagram (maxPacket bytes), or nil when
 // the batch is full.
 func (b *txBatch) buf() []byte {
 	if b.np == sys.MaxBatch || b.pos+maxPacket > len(b.arena) {
 		return nil
 	}
+	b.hdrLen[b.np] = 0
 	return b.arena[b.pos : b.pos+maxPacket : b.pos+maxPacket]
+}
+
+// refer makes the datagram being built in the room buf returned (whose
+// headers are its first hdr bytes) carry n bytes of e's local gather
+// list from offset off in place, with the keys of the pieces entered
+// until the batch is sent. It returns false, having referred to nothing,
+// when a piece is not under a key (inline data: the caller copies) or
+// the list is short; keyOK is false when a key went away.
+func (b *txBatch) refer(e *soft.SendEntry, off, n, hdr int) (ok, keyOK bool) {
+	from, pins := len(b.pays), len(b.pins)
+	left := n
+	for i, s := range e.Local {
+		if left == 0 {
+			break
+		}
+		if off >= len(s) {
+			off -= len(s)
+			continue
+		}
+		p := e.Pins[i]
+		if p.Zero() {
+			b.unrefer(from, pins)
+			return false, true
+		}
+		// A pin entered for this batch already stays entered until it
+		// is sent: the memory is safe to read without entering again.
+		if len(b.pins) == 0 || b.pins[len(b.pins)-1] != p {
+			if !b.ltab.Enter(p) {
+				b.unrefer(from, pins)
+				return false, false
+			}
+			b.pins = append(b.pins, p)
+		}
+		c := min(left, len(s)-off)
+		b.pays = append(b.pays, s[off:off+c:off+c])
+		left -= c
+		off = 0
+	}
+	if left > 0 {
+		b.unrefer(from, pins)
+		return false, true
+	}
+	i := b.np
+	b.hdrLen[i], b.payN[i], b.pFrom[i], b.pTo[i] = hdr, n, from, len(b.pays)
+	return true, true
+}
+
+// unrefer undoes a refer that failed part way: the pieces and pins it
+// took since from and pins.
+func (b *txBatch) unrefer(from, pins int) {
+	for _, p := range b.pins[pins:] {
+		b.ltab.Leave(p)
+	}
+	clear(b.pays[from:])
+	b.pays, b.pins = b.pays[:from], b.pins[:pins]
+}
+
+// release lets go of the pins the batch's datagrams held and forgets
+// their pieces (the batch was sent or dropped).
+func (b *txBatch) release() {
+	if !b.parked {
+		for _, p := range b.pins {
+			b.ltab.Leave(p)
+		}
+	}
+	b.parked = false
+	clear(b.pays)
+	clear(b.vecs)
+	clear(b.Vecs[:])
+	b.pays, b.vecs, b.pins = b.pays[:0], b.vecs[:0], b.pins[:0]
+}
+
+// park lets go of the pins while the sender waits for the socket; unpark
+// enters them again, or reports that a key went away (then the rest of
+// the batch is dropped: the protocol retransmits, and the retransmission
+// finds the key gone).
+func (b *txBatch) park() {
+	if len(b.pins) == 0 || b.parked {
+		return
+	}
+	for _, p := range b.pins {
+		b.ltab.Leave(p)
+	}
+	b.parked = true
+}
+
+func (b *txBatch) unpark() bool {
+	if !b.parked {
+		return true
+	}
+	for i, p := range b.pins {
+		if !b.ltab.Enter(p) {
+			for _, q := range b.pins[:i] {
+				b.ltab.Leave(q)
+			}
+			b.pins = b.pins[:0]
+			b.parked = false
+			return false
+		}
+	}
+	b.parked = false
+	return true
+}
+
+// parts returns datagram i's headers, payload pieces and pad (without
+// the ICRC's four bytes, which end its room) when it refers to memory.
+func (b *txBatch) parts(i int) (hdr []byte, mid [][]byte, pad, icrc []byte) {
+	o, hl := b.off[i], b.hdrLen[i]
+	end := o + b.size[i]
+	return b.arena[o : o+hl], b.pays[b.pFrom[i]:b.pTo[i]], b.arena[o+hl+b.payN[i] : end-header.ICRCLen], b.arena[end-header.ICRCLen : end]
+}
+
+// putICRC computes datagram i's ICRC for addresses a.
+func (b *txBatch) putICRC(a *header.Addrs, i int) {
+	if b.hdrLen[i] == 0 {
+		b.hasher.PutICRC(a, b.arena[b.off[i]:b.off[i]+b.size[i]])
+		return
+	}
+	hdr, mid, pad, icrc := b.parts(i)
+	binary.LittleEndian.PutUint32(icrc, b.hasher.ICRCParts(a, hdr, mid, pad))
+}
+
+// datagram returns datagram i in one piece (a referring one copied into
+// b.flat; for the test filter).
+func (b *txBatch) datagram(i int) []byte {
+	if b.hdrLen[i] == 0 {
+		return b.arena[b.off[i] : b.off[i]+b.size[i]]
+	}
+	hdr, mid, pad, icrc := b.parts(i)
+	f := append(b.flat[:0], hdr...)
+	for _, m := range mid {
+		f = append(f, m...)
+	}
+	f = append(f, pad...)
+	return append(f, icrc...)
 }
 
 // add queues the first k bytes of the room buf returned, for to; gso
@@ -663,17 +830,22 @@ func (b *txBatch) add(k int, to netip.AddrPort, gso bool) {
 	b.pos += k
 }
 
-// compose fills the messages from datagram p on; it returns how many.
+// compose fills the messages from datagram p on; it returns how many. A
+// message with a datagram that refers to memory is a gather list.
 func (b *txBatch) compose(p int, useGSO bool) int {
 	m := 0
+	clear(b.vecs)
+	b.vecs = b.vecs[:0]
 	for p < b.np {
 		q := p + 1
 		l := b.size[p]
 		total := l
+		gather := b.hdrLen[p] > 0
 		if useGSO && b.gso[p] {
 			for q < b.np && b.gso[q] && b.to[q] == b.to[p] && q-p < sys.MaxGSOSegments &&
 				b.size[q] <= l && total+b.size[q] <= sys.MaxGSOBytes && b.off[q] == b.off[q-1]+b.size[q-1] {
 				total += b.size[q]
+				gather = gather || b.hdrLen[q] > 0
 				q++
 				if b.size[q-1] < l {
 					break // a shorter datagram ends a run
@@ -681,6 +853,35 @@ func (b *txBatch) compose(p int, useGSO bool) int {
 			}
 		}
 		b.Bufs[m] = b.arena[b.off[p] : b.off[p]+total]
+		b.Vecs[m] = nil
+		if gather {
+			// The pieces in the arena: a datagram's headers, and its
+			// pad and ICRC, which end its room, right before the next
+			// datagram's headers: one iovec for those two.
+			v0, at, end := len(b.vecs), -1, -1
+			arena := func(from, to int) {
+				if from == end {
+					b.vecs[len(b.vecs)-1] = b.arena[at:to]
+				} else {
+					b.vecs = append(b.vecs, b.arena[from:to])
+					at = from
+				}
+				end = to
+			}
+			for i := p; i < q; i++ {
+				o := b.off[i]
+				if b.hdrLen[i] == 0 {
+					arena(o, o+b.size[i])
+					continue
+				}
+				hl := b.hdrLen[i]
+				arena(o, o+hl)
+				b.vecs = append(b.vecs, b.pays[b.pFrom[i]:b.pTo[i]]...)
+				end = -1
+				arena(o+hl+b.payN[i], o+b.size[i]) // pad and ICRC
+			}
+			b.Vecs[m] = b.vecs[v0:len(b.vecs):len(b.vecs)]
+		}
 		b.Addrs[m] = b.to[p]
 		b.Seg[m] = 0
 		if q-p > 1 {
@@ -690,7 +891,7 @@ func (b *txBatch) compose(p int, useGSO bool) int {
 		local := b.local
 		for i := p; i < q; i++ {
 			a := header.Addrs{Src: local.Addr(), Dst: b.to[i].Addr(), SrcPort: local.Port(), DstPort: b.to[i].Port(), ID: uint16(i - p)}
-			b.hasher.PutICRC(&a, b.arena[b.off[i]:b.off[i]+b.size[i]])
+			b.putICRC(&a, i)
 		}
 		m++
 		p = q
@@ -704,15 +905,15 @@ func (b *txBatch) compose(p int, useGSO bool) int {
 func (b *txBatch) send() {
 	ep := b.ep
 	if b.np == 0 {
+		b.release()
 		return
 	}
 	ep.stats.txPackets.Add(uint64(b.np))
 	if ep.wrap != nil {
 		for i := 0; i < b.np; i++ {
 			a := header.Addrs{Src: ep.local.Addr(), Dst: b.to[i].Addr(), SrcPort: ep.local.Port(), DstPort: b.to[i].Port()}
-			pk := b.arena[b.off[i] : b.off[i]+b.size[i]]
-			b.hasher.PutICRC(&a, pk)
-			ep.wrap(pk, b.to[i], ep.sendOne)
+			b.putICRC(&a, i)
+			ep.wrap(b.datagram(i), b.to[i], ep.sendOne)
 		}
 	} else {
 		p := 0
@@ -728,13 +929,23 @@ func (b *txBatch) send() {
 			p = b.first[b.from]
 		}
 	}
+	b.release()
 	b.np, b.pos = 0, 0
 }
 
+// write is the socket callback of send: it sends the composed messages
+// until done or the socket is full (false: call again when writable).
 func (b *txBatch) write(fd uintptr) bool {
+	if !b.unpark() {
+		// A key went away while the socket was full: drop the rest.
+		b.ep.stats.sendErrors.Add(uint64(b.n - b.from))
+		b.from = b.n
+		return true
+	}
 	for b.from < b.n {
 		k, err := b.SendBatch(int(fd), b.from, b.n)
 		if err == sys.ErrAgain {
+			b.park() // the wait is not bounded: let go of the memory
 			return false
 		}
 		if err == sys.ErrGSO {

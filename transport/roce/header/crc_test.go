@@ -71,3 +71,17 @@ func TestHasherSolverLengths(t *testing.T) {
 		}
 	}
 }
+
+// TestCRCBTH: the one-step 12-byte CRC is the library's, from any register.
+func TestCRCBTH(t *testing.T) {
+	var p [BTHLen]byte
+	for i := 0; i < 1000; i++ {
+		for k := range p {
+			p[k] = byte(i*31 + k*k*7)
+		}
+		c := uint32(i) * 0x9E3779B1
+		if got, want := crcBTH(c, &p), crc32.Update(c, crc32.IEEETable, p[:]); got != want {
+			t.Fatalf("crcBTH(%#x, %x) = %#x, want %#x", c, p, got, want)
+		}
+	}
+}
