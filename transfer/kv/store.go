@@ -882,6 +882,9 @@ func (s *Store) GetMRBatch(ctx context.Context, keys [][]byte, dsts []Buf) ([]in
 		s.getCached(ctx, keys, dsts, pending, sizes)
 		if slices.Contains(pending, true) {
 			sp = s.speculate(ctx, keys, dsts, pending)
+			if testSpeculated != nil {
+				testSpeculated(sp)
+			}
 		}
 	}
 	for attempt := 0; ; attempt++ {
@@ -899,6 +902,10 @@ func (s *Store) GetMRBatch(ctx context.Context, keys [][]byte, dsts []Buf) ([]in
 	}
 	return sizes, keyErrors(keys, errs)
 }
+
+// testSpeculated, if set (by tests only), runs in GetMRBatch between
+// speculate and the master's answer.
+var testSpeculated func(*spec)
 
 // getOnce reads the keys still pending, but for those read by sp (if not
 // nil) as the master's answer allows (speculate); it reports whether some
