@@ -303,7 +303,10 @@ func (mr *MR) SGE(off, n int) SGE {
 }
 
 // Dereg deregisters the region: from the moment it returns, its keys
-// resolve nowhere. Memory from AllocMR is released.
+// resolve nowhere and work requests that use them fail. Requests racing
+// with Dereg (posted before it returned) may still complete: an
+// operation that already resolved its key finishes. Memory from AllocMR
+// is released.
 func (mr *MR) Dereg() error {
 	if ok, _ := drop(mr.pd.ctx, mr.pd.ctx.mrs, mr, nil); !ok {
 		return fmt.Errorf("%w: region already deregistered", ErrInvalidArgument)

@@ -13,8 +13,11 @@ import (
 // direct path), and remembers what its key table said about it: while
 // the region is entered no Dereg of it can return, so a request to the
 // same key is checked against the remembered flags and bounds without the
-// key table (the QP's access flags are still read each time). The hold
-// leaves the region once ChunkSize bytes went through it (Touched), so a
+// key table (the QP's access flags are still read each time). So a
+// request after a Dereg removed the key but before the hold lets go still
+// succeeds: that Dereg has not returned (it waits for the hold); requests
+// on the key are sure to fail only once it has. The hold leaves the
+// region once ChunkSize bytes went through it (Touched), so a
 // Dereg waits no longer than for one chunk, and Leave ends it; the
 // executor calls Leave before its lock is released. Not for concurrent
 // use; the zero value holds nothing.

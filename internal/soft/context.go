@@ -330,11 +330,15 @@ const deregWait = 2 * time.Second
 // Dereg deregisters the region: from the moment it returns, its keys
 // resolve nowhere and no operation touches its memory, including
 // operations that resolved a key before (they touch memory a chunk at a
-// time, each under the key table's in-use count, and fail with
-// RemoteAccess once the key is gone; Dereg waits for the chunk in
-// progress). Memory from AllocMR is released, unless an operation is
-// stuck mid-chunk past deregWait: then it stays reserved for good, so that
-// no later AllocMR hands it out.
+// time, each under the key table's in-use count, and Dereg waits for the
+// chunk in progress). Requests on its keys that start after Dereg
+// returned fail (RemoteAccess for a remote key); requests racing with it
+// may still complete: an executor that holds the region entered (the
+// direct path's rc.RemoteHold and LocalMemo) serves later requests of the
+// same call on the same key from what it remembered, and Dereg returns
+// only once it let go. Memory from AllocMR is released, unless an
+// operation is stuck mid-chunk past deregWait: then it stays reserved for
+// good, so that no later AllocMR hands it out.
 func (mr *MR) Dereg() error {
 	c := mr.pd.ctx
 	c.mu.Lock()

@@ -627,8 +627,10 @@ func (qp *QP) postLocked(wrs []SendWR) error {
 // holds (QP.hold), which no Dereg can finish removing while the
 // executor's lock is held. A later work request of the same call on the
 // same key is then checked against the remembered flags and bounds
-// without the key table. A LocalMemo lives for one call (start each
-// call with the zero value); it is not for concurrent use.
+// without the key table: one that a Dereg racing with the call removed
+// still succeeds, as the Dereg has not returned (it waits for the hold).
+// A LocalMemo lives for one call (start each call with the zero value);
+// it is not for concurrent use.
 type LocalMemo struct {
 	key   uint32
 	write bool   // the region grants local write access

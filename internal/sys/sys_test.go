@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -201,5 +202,70 @@ func TestCopy(t *testing.T) {
 		if n > 0 && Copy(src[:n], src[64:64+n]) != n || !bytes.Equal(src[:n], want) {
 			t.Fatalf("%d bytes overlapping backward: wrong", n)
 		}
+	}
+}
+
+// copyPath is one way Copy goes (copyPaths, per platform): set switches
+// to it for the rest of the test, or returns why it cannot run here.
+type copyPath struct {
+	name string
+	set  func(t *testing.T) (skip string)
+}
+
+// TestCopyUnaligned: Copy on every path this host has, from and to
+// unaligned addresses, over every length from 200 to 1200 bytes (around
+// the 256-byte start of the AVX-512 loop and its 256-byte tail), then
+// every 61st up to 17 KiB and the edges of the loop's range (16 KiB) and
+// of REP MOVSB's (MovsbMin); guard bytes around the destination must stay
+// untouched.
+func TestCopyUnaligned(t *testing.T) {
+	var lengths []int
+	for n := 200; n <= 1200; n++ {
+		lengths = append(lengths, n)
+	}
+	for n := 1201; n <= 17<<10; n += 61 {
+		lengths = append(lengths, n)
+	}
+	lengths = append(lengths, 16<<10, 16<<10+1, MovsbMin-1, MovsbMin, MovsbMin+1, 64<<10+13)
+	const guard, pad = 0xAA, 128
+	maxN := slices.Max(lengths)
+	src := make([]byte, maxN+64)
+	dst := make([]byte, pad+64+maxN+pad)
+	for _, p := range copyPaths() {
+		t.Run(p.name, func(t *testing.T) {
+			if why := p.set(t); why != "" {
+				t.Skip(why)
+			}
+			for _, so := range []int{0, 1, 7, 63} {
+				for _, do := range []int{0, 3, 64} {
+					for _, n := range lengths {
+						for i := range src[so : so+n] {
+							src[so+i] = byte(i*7 + n + so + 1)
+						}
+						// The destination and pad bytes either side.
+						d := dst[pad+do : pad+do+n]
+						around := dst[pad+do-pad : pad+do+n+pad]
+						for i := range around {
+							around[i] = guard
+						}
+						if got := Copy(d, src[so:so+n]); got != n {
+							t.Fatalf("src+%d dst+%d %d bytes: copied %d", so, do, n, got)
+						}
+						if !bytes.Equal(d, src[so:so+n]) {
+							i := 0
+							for d[i] == src[so+i] {
+								i++
+							}
+							t.Fatalf("src+%d dst+%d %d bytes: byte %d differs", so, do, n, i)
+						}
+						for i, b := range around {
+							if (i < pad || i >= pad+n) && b != guard {
+								t.Fatalf("src+%d dst+%d %d bytes: guard byte %d written (0x%02x)", so, do, n, i-pad, b)
+							}
+						}
+					}
+				}
+			}
+		})
 	}
 }

@@ -355,7 +355,10 @@ type spec struct {
 
 // speculate starts reading the pending keys whose locations this client
 // keeps (into their destinations); wait must be called before those are
-// used again.
+// used again. Each read writes the kept size, c.size bytes, whatever the
+// master then answers: where the key turns out to be gone, failed, or
+// smaller, the destination beyond the size returned holds those bytes
+// (unspecified to the caller: GetMRBatch).
 func (s *Store) speculate(ctx context.Context, keys [][]byte, dsts []Buf, pending []bool) *spec {
 	sp := &spec{}
 	var reqs []transfer.Request

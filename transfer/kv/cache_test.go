@@ -3,6 +3,7 @@ package kv
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"testing"
@@ -246,5 +247,79 @@ func TestWriteWithin(t *testing.T) {
 	prev[1] = []Location{{}}
 	if got := s.writeWithin(prev); got != 9*time.Second {
 		t.Fatalf("headers to clear: %v, want 9s (within the 10s lease)", got)
+	}
+}
+
+// TestSpeculativeGetVersion: over tcp0 a speculative read is kept only if
+// the master's answer names the version this client kept, not merely the
+// same location and size. c1 keeps (v1, L, S) for a key; after its
+// speculative read of L completed and before the master answers, c2
+// replaces the key with v2 elsewhere (L is freed) and then with v3, of
+// the same S bytes, placed at L again. The answer names L and S as
+// before, only the version differs: c1 must return v3, not the v1 bytes
+// it read (with the version comparison in settle removed, this fails).
+func TestSpeculativeGetVersion(t *testing.T) {
+	ctx := context.Background()
+	ss := cluster(t, "tcp0", 1, 1<<20, nil)
+	c1, c2 := client(t, "tcp0", ss[0].Addr()), client(t, "tcp0", ss[0].Addr())
+	key := []byte("k")
+	const size = 100 << 10
+	v1, v2, v3 := value(1, size), value(2, size+4096), value(3, size)
+	if err := c2.Put(ctx, key, v1); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := c1.Get(ctx, key); err != nil || !bytes.Equal(got, v1) {
+		t.Fatalf("first get: %v", err)
+	}
+	l1, ok := c1.cache.get(key)
+	if !ok {
+		t.Fatal("location not kept after a get")
+	}
+	// c1's request hands back its read lease of v1 now (else v1's slot
+	// stays held until c1's next call, after c2's puts).
+	if _, err := c1.Exists(ctx, []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	var hookErr error
+	started := false
+	testSpeculated = func(sp *spec) {
+		testSpeculated = nil // once
+		started = sp.b != nil
+		sp.wait(ctx) // the read of v1 completed before anything is written at L
+		for _, v := range [][]byte{v2, v3} {
+			if hookErr = c2.Put(ctx, key, v); hookErr != nil {
+				return
+			}
+		}
+	}
+	t.Cleanup(func() { testSpeculated = nil })
+	spec := c1.specKept.Load()
+	got, err := c1.Get(ctx, key)
+	if hookErr != nil {
+		t.Fatal(hookErr)
+	}
+	if !started {
+		t.Fatal("no speculative read started")
+	}
+	// The scenario holds: v3 is at L with v1's size, under another version.
+	l3, ok := c2.cache.get(key)
+	if !ok {
+		t.Fatal("writer kept no location")
+	}
+	if l3.locs[0] != l1.locs[0] || l3.size != l1.size || l3.ver == l1.ver {
+		t.Fatalf("v3 not placed over v1's slot: v1 %+v, v3 %+v", l1, l3)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, v3) {
+		stamp := uint64(0)
+		if len(got) >= 8 {
+			stamp = binary.LittleEndian.Uint64(got)
+		}
+		t.Fatalf("got %d bytes stamped %d, want v3 (a speculative read of a replaced version kept)", len(got), stamp)
+	}
+	if n := c1.specKept.Load() - spec; n != 0 {
+		t.Fatalf("%d speculative reads kept", n)
 	}
 }

@@ -853,6 +853,12 @@ func keyErrors(keys [][]byte, errs []error) error {
 // absent fails with ErrNotFound, a destination too small with ErrBuffer.
 // A value being read is neither evicted nor overwritten under the reader:
 // the result is the value as some Put committed it, whole.
+//
+// Only the first sizes[i] bytes of dsts[i] are defined on return. The
+// rest of the destination, and all of it for a key that failed (not
+// found, ErrBuffer, any error), may have been written: a Get may read a
+// value it knew of into the destination before it learns the key's
+// current value is smaller, replaced or gone (speculate, cache.go).
 func (s *Store) GetMRBatch(ctx context.Context, keys [][]byte, dsts []Buf) ([]int, error) {
 	if len(keys) != len(dsts) {
 		return nil, fmt.Errorf("kv: %d keys, %d destinations", len(keys), len(dsts))
@@ -882,6 +888,9 @@ func (s *Store) GetMRBatch(ctx context.Context, keys [][]byte, dsts []Buf) ([]in
 		s.getCached(ctx, keys, dsts, pending, sizes)
 		if slices.Contains(pending, true) {
 			sp = s.speculate(ctx, keys, dsts, pending)
+			if testSpeculated != nil {
+				testSpeculated(sp)
+			}
 		}
 	}
 	for attempt := 0; ; attempt++ {
@@ -899,6 +908,10 @@ func (s *Store) GetMRBatch(ctx context.Context, keys [][]byte, dsts []Buf) ([]in
 	}
 	return sizes, keyErrors(keys, errs)
 }
+
+// testSpeculated, if set (by tests only), runs in GetMRBatch between
+// speculate and the master's answer.
+var testSpeculated func(*spec)
 
 // getOnce reads the keys still pending, but for those read by sp (if not
 // nil) as the master's answer allows (speculate); it reports whether some
@@ -1039,6 +1052,8 @@ func (s *Store) PutMR(ctx context.Context, key []byte, value Buf) error {
 }
 
 // GetMR reads key's value into dst without a copy and returns its length.
+// dst beyond that length, and all of it on an error, is unspecified on
+// return (GetMRBatch).
 func (s *Store) GetMR(ctx context.Context, key []byte, dst Buf) (int, error) {
 	n, err := s.GetMRBatch(ctx, [][]byte{key}, []Buf{dst})
 	if err != nil {
