@@ -28,9 +28,6 @@ func ListenUDPFD(bind netip.AddrPort) (int, netip.AddrPort, error) {
 	return -1, netip.AddrPort{}, notSupported("a UDP socket outside the network poller")
 }
 
-// CloseFD is not supported on this system.
-func CloseFD(fd int) error { return notSupported("close") }
-
 // NewEvent is not supported on this system.
 func NewEvent() (int, error) { return -1, notSupported("eventfd") }
 

@@ -221,11 +221,11 @@ func (ep *endpoint) release() error {
 	ep.wg.Wait()
 	ep.stepMu.Lock()
 	ep.fdMu.Lock()
-	err := sys.CloseFD(ep.fd)
+	err := sys.Close(ep.fd)
 	ep.fd = -1
 	ep.fdMu.Unlock()
 	ep.stepMu.Unlock()
-	sys.CloseFD(ep.efd)
+	sys.Close(ep.efd)
 	if g := ep.cm.Load(); g != nil {
 		g.close()
 	}
@@ -248,7 +248,7 @@ func listenFD(bind netip.AddrPort) (int, netip.AddrPort, error) {
 		return -1, local, bindError(bind, err)
 	}
 	if err := sys.SetUDPOptions(fd, bind.Addr().Is6(), tosECT, sockBuf, true); err != nil {
-		sys.CloseFD(fd)
+		sys.Close(fd)
 		return -1, local, fmt.Errorf("roce: socket options: %w", err)
 	}
 	return fd, local, nil
@@ -290,7 +290,7 @@ func newEndpoint(bind netip.AddrPort, mtu verbs.MTU) (*endpoint, error) {
 	}
 	efd, err := sys.NewEvent()
 	if err != nil {
-		sys.CloseFD(fd)
+		sys.Close(fd)
 		return nil, fmt.Errorf("roce: %w", err)
 	}
 	ep := &endpoint{key: bind, fd: fd, efd: efd, local: la, mtu: mtu, wrap: testFilter, testCE: testMarkCE}

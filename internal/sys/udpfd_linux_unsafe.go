@@ -5,12 +5,13 @@ package sys
 import (
 	"net/netip"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
 
 // A UDP socket outside Go's network poller: a descriptor of the caller's
-// own, non-blocking, that the runtime never waits on, so that datagrams
+// own, non-blocking (closed with Close), that the runtime never waits on, so that datagrams
 // arriving while nobody wants them wake no thread. The caller waits for
 // it (WaitFD) on a goroutine of its own: that goroutine's thread blocks
 // in the kernel (the runtime hands its P to another thread meanwhile).
@@ -79,9 +80,6 @@ func ifIndex(name string) (uint32, error) {
 	return ifr.Uint32(), nil
 }
 
-// CloseFD closes a descriptor ListenUDPFD or NewEvent returned.
-func CloseFD(fd int) error { return unix.Close(fd) }
-
 // NewEvent returns a non-blocking event descriptor (eventfd(2)) for
 // WaitFD's wake-ups.
 func NewEvent() (int, error) {
@@ -91,9 +89,10 @@ func NewEvent() (int, error) {
 // Signal makes the event descriptor efd readable (WaitFD returns woken)
 // until Drain.
 func Signal(efd int) {
-	one := [8]byte{1}
+	one := uint64(1)
 	for {
-		if _, err := unix.Write(efd, one[:]); err != unix.EINTR {
+		_, _, e := unix.Syscall(unix.SYS_WRITE, uintptr(efd), uintptr(unsafe.Pointer(&one)), 8)
+		if e != unix.EINTR {
 			return
 		}
 	}
@@ -101,11 +100,13 @@ func Signal(efd int) {
 
 // Drain makes efd unreadable again; it reports whether it was signalled.
 func Drain(efd int) bool {
-	var b [8]byte
+	// Raw system calls: the wrappers make the buffer escape (race
+	// builds), and this runs on the data path.
+	var v uint64
 	for {
-		n, err := unix.Read(efd, b[:])
-		if err != unix.EINTR {
-			return n == 8
+		n, _, e := unix.Syscall(unix.SYS_READ, uintptr(efd), uintptr(unsafe.Pointer(&v)), 8)
+		if e != unix.EINTR {
+			return e == 0 && n == 8
 		}
 	}
 }
