@@ -408,14 +408,19 @@ func (ep *endpoint) tryStep() (again, held bool) {
 
 // Waits of the progress goroutine: pollQuiet while goroutines poll (or
 // after it found a poller stepping), idleWait at most for the socket.
+// Goroutines poll when they called Progress busyPolls times in the last
+// pollQuiet: a spinning poller calls it every few microseconds; one that
+// polls now and then must not hold the endpoint's ACKs back until its
+// next poll.
 const (
 	pollQuiet = time.Millisecond
 	idleWait  = 100 * time.Millisecond
+	busyPolls = 16
 )
 
 // run is the progress goroutine. The device socket is not in Go's
 // network poller (whose threads a datagram would wake whether or not
-// anyone waits for it): while goroutines poll their CQs (Progress), they
+// anyone waits for it): while goroutines spin on their CQs (Progress), they
 // receive, and this goroutine only waits for a wake-up (wake, release)
 // or pollQuiet to pass; once nobody polled for that long, or a CQ waiter
 // went to sleep (Sleep), it waits for the socket itself, in the kernel.
@@ -426,7 +431,7 @@ func (ep *endpoint) run() {
 	for !ep.closed.Load() {
 		p := ep.polls.Load()
 		slept := ep.sleeping.Swap(false)
-		busy := p != seen && !slept
+		busy := p-seen >= busyPolls && !slept
 		seen = p
 		if busy || backoff {
 			backoff = false
