@@ -13,7 +13,8 @@ package roce
 // leave at once otherwise.
 //
 // Who steps: whoever holds stepMu. The progress goroutine steps when the
-// socket becomes readable; a goroutine that polls a CQ of a context on
+// socket becomes readable (it waits for it itself: the socket is not in
+// Go's network poller; see run); a goroutine that polls a CQ of a context on
 // this endpoint and finds it empty steps too (Progress, through
 // soft.Progresser), so that an application that spins on its CQ receives
 // its ACKs and sends what they let go on its own thread, with no
@@ -256,7 +257,7 @@ func listenFD(bind netip.AddrPort) (int, netip.AddrPort, error) {
 
 // listenUDP opens a UDP socket on bind with RoCEv2's options (a QP's
 // own, for sending).
-func listenUDP(bind netip.AddrPort, gro bool) (*net.UDPConn, syscall.RawConn, error) {
+func listenUDP(bind netip.AddrPort) (*net.UDPConn, syscall.RawConn, error) {
 	network := "udp4"
 	if bind.Addr().Is6() {
 		network = "udp6"
@@ -272,7 +273,7 @@ func listenUDP(bind netip.AddrPort, gro bool) (*net.UDPConn, syscall.RawConn, er
 	}
 	var serr error
 	if err := raw.Control(func(fd uintptr) {
-		serr = sys.SetUDPOptions(int(fd), bind.Addr().Is6(), tosECT, sockBuf, gro)
+		serr = sys.SetUDPOptions(int(fd), bind.Addr().Is6(), tosECT, sockBuf, false)
 	}); err == nil && serr != nil {
 		err = serr
 	}
