@@ -248,7 +248,8 @@ func listenFD(bind netip.AddrPort) (int, netip.AddrPort, error) {
 	if err != nil {
 		return -1, local, bindError(bind, err)
 	}
-	if err := sys.SetUDPOptions(fd, bind.Addr().Is6(), tosECT, sockBuf, true); err != nil {
+	v6 := bind.Addr().Is6() && !bind.Addr().Is4In6() // ListenUDPFD's choice
+	if err := sys.SetUDPOptions(fd, v6, tosECT, sockBuf, true); err != nil {
 		sys.Close(fd)
 		return -1, local, fmt.Errorf("roce: socket options: %w", err)
 	}
