@@ -18,6 +18,10 @@
 //     in race builds): Copy (REP MOVSB for large in-cache copies), Ticks and
 //     HasTicks (the invariant time-stamp counter);
 //   - futexes and scheduling: FutexWait, FutexWake, Yield;
+//   - UDP (Linux; not supported elsewhere): UDPBatch (SendBatch,
+//     RecvBatch: sendmmsg/recvmmsg with GSO and GRO), SetUDPOptions, and a
+//     socket outside Go's network poller with its own waits: ListenUDPFD,
+//     WaitFD, SendToFD, NewEvent, Signal, Drain;
 //   - descriptors: Read, Writev (with IOVecs, MaxIOV, ErrAgain), Close,
 //     Inode, DupNonblock, IsTerminal;
 //   - peers and children: OpenPeerFd, PidfdOpen, ProcessExited,

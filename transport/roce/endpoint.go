@@ -13,7 +13,8 @@ package roce
 // leave at once otherwise.
 //
 // Who steps: whoever holds stepMu. The progress goroutine steps when the
-// socket becomes readable; a goroutine that polls a CQ of a context on
+// socket becomes readable (it waits for it itself: the socket is not in
+// Go's network poller; see run); a goroutine that polls a CQ of a context on
 // this endpoint and finds it empty steps too (Progress, through
 // soft.Progresser), so that an application that spins on its CQ receives
 // its ACKs and sends what they let go on its own thread, with no
@@ -37,7 +38,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"os"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -104,9 +104,14 @@ var (
 )
 
 type endpoint struct {
-	key   netip.AddrPort
-	conn  *net.UDPConn
-	raw   syscall.RawConn
+	key netip.AddrPort
+	// fd is the device socket, outside Go's network poller (see run);
+	// efd wakes the progress goroutine (wake, release). fd is closed
+	// under stepMu and fdMu (write) once the progress goroutine ended;
+	// whoever uses it outside stepMu holds fdMu (read).
+	fd    int
+	efd   int
+	fdMu  sync.RWMutex
 	local netip.AddrPort
 	mtu   verbs.MTU
 	stats counters
@@ -154,11 +159,11 @@ type endpoint struct {
 	more    bool        // the last step's batch was full: the socket may hold more
 	didStep bool        // the last step received something
 
-	// Set once: the progress goroutine's raw.Read callback, and a
-	// poller's raw.Control one (raw.Read would queue behind the progress
-	// goroutine's wait: the socket's read lock is held while it waits).
-	recvFn func(fd uintptr) bool
-	pollFn func(fd uintptr)
+	// polls counts Progress calls; sleeping: a CQ waiter went to sleep
+	// since (Sleep). The progress goroutine waits for the socket only
+	// while nobody polls (run).
+	polls    atomic.Uint64
+	sleeping atomic.Bool
 }
 
 // Filter sees every datagram an endpoint sends, for tests that make the
@@ -211,27 +216,56 @@ func (ep *endpoint) release() error {
 	if !last {
 		return nil
 	}
-	err := ep.conn.Close()
+	ep.closed.Store(true)
+	sys.Signal(ep.efd)
 	close(ep.stop)
 	ep.wg.Wait()
+	ep.stepMu.Lock()
+	ep.fdMu.Lock()
+	err := sys.Close(ep.fd)
+	ep.fd = -1
+	ep.fdMu.Unlock()
+	ep.stepMu.Unlock()
+	sys.Close(ep.efd)
 	if g := ep.cm.Load(); g != nil {
 		g.close()
 	}
-	if err != nil && !errors.Is(err, net.ErrClosed) {
+	if err != nil {
 		return fmt.Errorf("roce: closing the socket: %w", err)
 	}
 	return nil
 }
 
-// listenUDP opens a UDP socket on bind with RoCEv2's options.
-func listenUDP(bind netip.AddrPort, gro bool) (*net.UDPConn, syscall.RawConn, error) {
+// bindError explains a failed bind.
+func bindError(bind netip.AddrPort, err error) error {
+	return fmt.Errorf("roce: binding %s (%s; another RoCE endpoint on this address, e.g. the kernel's rxe, holds the port; %s=:0 binds a free port, which rdmakit peers reach): %w", bind, EnvAddr, EnvAddr, err)
+}
+
+// listenFD opens the device socket on bind, outside Go's network poller,
+// with RoCEv2's options.
+func listenFD(bind netip.AddrPort) (int, netip.AddrPort, error) {
+	fd, local, err := sys.ListenUDPFD(bind)
+	if err != nil {
+		return -1, local, bindError(bind, err)
+	}
+	v6 := bind.Addr().Is6() && !bind.Addr().Is4In6() // ListenUDPFD's choice
+	if err := sys.SetUDPOptions(fd, v6, tosECT, sockBuf, true); err != nil {
+		sys.Close(fd)
+		return -1, local, fmt.Errorf("roce: socket options: %w", err)
+	}
+	return fd, local, nil
+}
+
+// listenUDP opens a UDP socket on bind with RoCEv2's options (a QP's
+// own, for sending).
+func listenUDP(bind netip.AddrPort) (*net.UDPConn, syscall.RawConn, error) {
 	network := "udp4"
 	if bind.Addr().Is6() {
 		network = "udp6"
 	}
 	c, err := net.ListenUDP(network, net.UDPAddrFromAddrPort(bind))
 	if err != nil {
-		return nil, nil, fmt.Errorf("roce: binding %s (%s; another RoCE endpoint on this address, e.g. the kernel's rxe, holds the port; %s=:0 binds a free port, which rdmakit peers reach): %w", bind, EnvAddr, EnvAddr, err)
+		return nil, nil, bindError(bind, err)
 	}
 	raw, err := c.SyscallConn()
 	if err != nil {
@@ -240,7 +274,7 @@ func listenUDP(bind netip.AddrPort, gro bool) (*net.UDPConn, syscall.RawConn, er
 	}
 	var serr error
 	if err := raw.Control(func(fd uintptr) {
-		serr = sys.SetUDPOptions(int(fd), bind.Addr().Is6(), tosECT, sockBuf, gro)
+		serr = sys.SetUDPOptions(int(fd), bind.Addr().Is6(), tosECT, sockBuf, false)
 	}); err == nil && serr != nil {
 		err = serr
 	}
@@ -252,12 +286,16 @@ func listenUDP(bind netip.AddrPort, gro bool) (*net.UDPConn, syscall.RawConn, er
 }
 
 func newEndpoint(bind netip.AddrPort, mtu verbs.MTU) (*endpoint, error) {
-	c, raw, err := listenUDP(bind, true)
+	fd, la, err := listenFD(bind)
 	if err != nil {
 		return nil, err
 	}
-	la := c.LocalAddr().(*net.UDPAddr).AddrPort()
-	ep := &endpoint{key: bind, conn: c, raw: raw, local: netip.AddrPortFrom(la.Addr().Unmap(), la.Port()), mtu: mtu, wrap: testFilter, testCE: testMarkCE}
+	efd, err := sys.NewEvent()
+	if err != nil {
+		sys.Close(fd)
+		return nil, fmt.Errorf("roce: %w", err)
+	}
+	ep := &endpoint{key: bind, fd: fd, efd: efd, local: la, mtu: mtu, wrap: testFilter, testCE: testMarkCE}
 	m := map[uint32]*qpDriver{}
 	ep.qps.Store(&m)
 	// Receive buffers hold a coalesced run (UDP_GRO) each.
@@ -267,7 +305,6 @@ func newEndpoint(bind netip.AddrPort, mtu verbs.MTU) (*endpoint, error) {
 		ep.rx.Bufs[i] = pool[i*rxBuf : (i+1)*rxBuf : (i+1)*rxBuf]
 	}
 	ep.tx = newTxBatch(ep)
-	ep.recvFn, ep.pollFn = ep.rawRecv, ep.pollRecv
 	ep.kickc, ep.stop = make(chan struct{}, 1), make(chan struct{})
 	ep.wg.Add(2)
 	go ep.run()
@@ -347,44 +384,75 @@ func (ep *endpoint) removeQP(d *qpDriver) {
 	ep.qps.Store(&m)
 }
 
-// rawRecv is the progress goroutine's raw.Read callback: it steps
-// unless a poller is stepping (then the poller steps again for it), and
-// asks to be called again at once (true) while there may be more to do,
-// or to wait until the socket is readable (false).
-func (ep *endpoint) rawRecv(fd uintptr) bool {
+// tryStep is the progress goroutine's turn: it steps unless a poller
+// is stepping (held: the poller steps again for it), and reports whether
+// it should step again at once (the socket may hold more, or responses
+// are left to send).
+func (ep *endpoint) tryStep() (again, held bool) {
 	if testPollOnly.Load() {
 		ep.missed.Store(true)
-		return false
+		return false, true
 	}
 	if !ep.stepMu.TryLock() {
 		ep.missed.Store(true)
 		if !ep.stepMu.TryLock() {
-			return false // the holder steps again when it lets go
+			return false, true // the holder steps again when it lets go
 		}
 	}
 	ep.missed.Store(false)
-	ep.step(fd)
-	again := ep.more || len(ep.backlog) > 0 || ep.closed.Load()
+	if !ep.closed.Load() {
+		ep.step(ep.fd)
+	}
+	again = ep.more || len(ep.backlog) > 0
 	ep.stepMu.Unlock()
-	return again
+	return again, false
 }
 
-// pollRecv is a poller's raw.Control callback: one step (the socket is
-// non-blocking).
-func (ep *endpoint) pollRecv(fd uintptr) { ep.step(fd) }
+// Waits of the progress goroutine: pollQuiet while goroutines poll (or
+// after it found a poller stepping), idleWait at most for the socket.
+// Goroutines poll when they called Progress busyPolls times in the last
+// pollQuiet: a spinning poller calls it every few microseconds; one that
+// polls now and then must not hold the endpoint's ACKs back until its
+// next poll.
+const (
+	pollQuiet = time.Millisecond
+	idleWait  = 100 * time.Millisecond
+	busyPolls = 16
+)
 
-// run is the progress goroutine.
+// run is the progress goroutine. The device socket is not in Go's
+// network poller (whose threads a datagram would wake whether or not
+// anyone waits for it): while goroutines spin on their CQs (Progress), they
+// receive, and this goroutine only waits for a wake-up (wake, release)
+// or pollQuiet to pass; once nobody polled for that long, or a CQ waiter
+// went to sleep (Sleep), it waits for the socket itself, in the kernel.
 func (ep *endpoint) run() {
 	defer ep.wg.Done()
+	seen := ep.polls.Load()
+	backoff := false
 	for !ep.closed.Load() {
-		if err := ep.raw.Read(ep.recvFn); err != nil {
-			if errors.Is(err, os.ErrDeadlineExceeded) {
-				// A poller left work behind and woke this goroutine
-				// (wake): recvFn runs again before the next wait.
-				ep.conn.SetReadDeadline(time.Time{})
+		p := ep.polls.Load()
+		slept := ep.sleeping.Swap(false)
+		busy := p-seen >= busyPolls && !slept
+		seen = p
+		if busy || backoff {
+			backoff = false
+			if _, woken := sys.WaitFD(-1, ep.efd, false, pollQuiet); !woken {
 				continue
 			}
-			return // closed
+		} else {
+			sys.WaitFD(ep.fd, ep.efd, false, idleWait)
+		}
+		sys.Drain(ep.efd)
+		for !ep.closed.Load() {
+			again, held := ep.tryStep()
+			if held {
+				backoff = true
+				break
+			}
+			if !again {
+				break
+			}
 		}
 	}
 }
@@ -398,6 +466,7 @@ const pollSteps = 4
 // whether it received anything. It never waits: when the progress
 // goroutine (or another poller) is stepping, it returns at once.
 func (ep *endpoint) Progress() bool {
+	ep.polls.Add(1)
 	if !ep.stepMu.TryLock() {
 		return false
 	}
@@ -421,9 +490,10 @@ func (ep *endpoint) pollLocked() (did bool) {
 	ep.missed.Store(false)
 	ep.inline = true
 	for i := 0; i < pollSteps; i++ {
-		if err := ep.raw.Control(ep.pollFn); err != nil {
+		if ep.closed.Load() {
 			break
 		}
+		ep.step(ep.fd)
 		did = did || ep.didStep
 		if !ep.more {
 			break
@@ -448,19 +518,17 @@ func (ep *endpoint) unlockPoll() bool {
 
 // wake makes the progress goroutine step even if the socket does not
 // become readable again: a poller left datagrams or a backlog behind.
-func (ep *endpoint) wake() {
-	ep.conn.SetReadDeadline(time.Unix(1, 0))
-}
+func (ep *endpoint) wake() { sys.Signal(ep.efd) }
 
 // step receives one batch of datagrams, runs them through their QPs and
 // sends the responses they call for (under stepMu).
-func (ep *endpoint) step(fd uintptr) {
-	n, err := ep.rx.RecvBatch(int(fd), sys.MaxBatch)
+func (ep *endpoint) step(fd int) {
+	n, err := ep.rx.RecvBatch(fd, sys.MaxBatch)
 	ep.more, ep.didStep = false, false
 	switch {
 	case err == sys.ErrAgain:
 		n = 0
-	case errors.Is(err, net.ErrClosed) || errors.Is(err, syscall.EBADF):
+	case errors.Is(err, syscall.EBADF):
 		ep.closed.Store(true)
 		return
 	case err != nil:
@@ -626,7 +694,7 @@ func (ep *endpoint) flushTx() { ep.tx.send() }
 type txBatch struct {
 	sys.UDPBatch // the messages
 	ep           *endpoint
-	raw          syscall.RawConn // the socket it sends on (a QP's own, or the endpoint's)
+	raw          syscall.RawConn // the socket it sends on: a QP's own, or nil for the endpoint's
 	local        netip.AddrPort  // and its address
 	arena        []byte
 	pos          int
@@ -661,7 +729,7 @@ type txBatch struct {
 }
 
 func newTxBatch(ep *endpoint) *txBatch {
-	b := &txBatch{ep: ep, raw: ep.raw, local: ep.local, arena: make([]byte, sys.MaxBatch*maxPacket)}
+	b := &txBatch{ep: ep, local: ep.local, arena: make([]byte, sys.MaxBatch*maxPacket)}
 	b.fn = b.write
 	return b
 }
@@ -919,7 +987,11 @@ func (b *txBatch) send() {
 		p := 0
 		for {
 			b.n, b.from, b.gsoFailed = b.compose(p, !ep.noGSO.Load()), 0, false
-			b.raw.Write(b.fn)
+			if b.raw != nil {
+				b.raw.Write(b.fn)
+			} else {
+				b.writeFD()
+			}
 			if !b.gsoFailed {
 				break
 			}
@@ -963,8 +1035,41 @@ func (b *txBatch) write(fd uintptr) bool {
 	return true
 }
 
+// writeFD is write on the endpoint's socket, which is outside Go's
+// network poller: while the socket is full it waits in the kernel for
+// room, a while at a time (the endpoint may close meanwhile: then the
+// rest is dropped).
+func (b *txBatch) writeFD() {
+	ep := b.ep
+	ep.fdMu.RLock()
+	defer ep.fdMu.RUnlock()
+	for ep.fd >= 0 && !b.write(uintptr(ep.fd)) {
+		if ep.closed.Load() {
+			ep.stats.sendErrors.Add(uint64(b.n - b.from))
+			b.from = b.n
+			return
+		}
+		sys.WaitFD(ep.fd, -1, true, pollQuiet)
+	}
+}
+
+// sendOne sends one datagram from the endpoint's socket (the RDMA CM,
+// the test filter), waiting for room as writeFD does.
 func (ep *endpoint) sendOne(b []byte, to netip.AddrPort) {
-	if _, err := ep.conn.WriteToUDPAddrPort(b, to); err != nil {
-		ep.stats.sendErrors.Add(1)
+	ep.fdMu.RLock()
+	defer ep.fdMu.RUnlock()
+	for {
+		err := error(sys.ErrNotSupported)
+		if ep.fd >= 0 {
+			err = sys.SendToFD(ep.fd, b, to)
+		}
+		if err == sys.ErrAgain && !ep.closed.Load() {
+			sys.WaitFD(ep.fd, -1, true, pollQuiet)
+			continue
+		}
+		if err != nil {
+			ep.stats.sendErrors.Add(1)
+		}
+		return
 	}
 }

@@ -253,7 +253,7 @@ func (d *qpDriver) startLocked(attr *verbs.QPAttr) {
 		// has its UDP source port and ECMP spreads QPs over paths;
 		// everything arrives on the endpoint's socket. Without one (out
 		// of descriptors), the endpoint's port.
-		if c, raw, err := listenUDP(netip.AddrPortFrom(d.ep.local.Addr(), 0), false); err == nil {
+		if c, raw, err := listenUDP(netip.AddrPortFrom(d.ep.local.Addr(), 0)); err == nil {
 			d.sport = c
 			d.tx.raw, d.tx.local = raw, c.LocalAddr().(*net.UDPAddr).AddrPort()
 			d.tx.local = netip.AddrPortFrom(d.tx.local.Addr().Unmap(), d.tx.local.Port())

@@ -258,8 +258,12 @@ func (cd *ctxDriver) Progress(*soft.CQ) {
 }
 
 // Sleep: a waiter on the CQ is going to sleep; the progress goroutine
-// does the work meanwhile, as it always may (soft.Progresser).
-func (cd *ctxDriver) Sleep(*soft.CQ) {}
+// does the work meanwhile (soft.Progresser), waiting for the socket from
+// now on rather than for the pollers to stop.
+func (cd *ctxDriver) Sleep(*soft.CQ) {
+	cd.ep.sleeping.Store(true)
+	cd.ep.wake()
+}
 
 func ctxOf(ctx *verbs.Context) *ctxDriver {
 	if sc, ok := ctx.Driver().(*soft.Context); ok {
