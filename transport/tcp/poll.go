@@ -290,13 +290,25 @@ func (l *link) idle() error {
 		l.rend -= l.rpos
 		l.rpos = 0
 	}
-	n, err := l.tryRead(l.rbuf[l.rend:])
-	if err == sys.ErrAgain {
-		l.flushOwed()
-		if l.busyPoll == 0 && !pollersOnly.Load() {
-			// No pollers: the read side stays ours while we wait.
+	var n int
+	var err error
+	if l.busyPoll == 0 && !pollersOnly.Load() {
+		// No pollers: the read side stays ours while we wait. A first
+		// read only decides whether what is owed goes now (nothing
+		// there) or coalesces with more (input there); owing nothing,
+		// readWait's own first read does.
+		err = sys.ErrAgain
+		if l.owes() {
+			n, err = l.tryRead(l.rbuf[l.rend:])
+		}
+		if err == sys.ErrAgain {
+			l.flushOwed()
 			n, err = l.readWait(l.rbuf[l.rend:])
-		} else {
+		}
+	} else {
+		n, err = l.tryRead(l.rbuf[l.rend:])
+		if err == sys.ErrAgain {
+			l.flushOwed()
 			n, err = l.idleSpin()
 		}
 	}
@@ -345,6 +357,22 @@ func (l *link) readWait(b []byte) (int, error) {
 		return 0, io.EOF
 	}
 	return l.tryN, nil
+}
+
+// owes reports whether flushOwed may have something to write: responses
+// the responder engine holds, responses queued and not yet taken into a
+// batch, a batch in progress, requests not yet transmitted.
+func (l *link) owes() bool {
+	if l.resp.Pending(true) {
+		return true
+	}
+	d := l.d
+	o := &l.out
+	d.mu.Lock()
+	owes := o.rTaken < o.rTail || o.bi < o.bn ||
+		(l.req != nil && (l.req.Unsent() > 0 || l.posted < l.qp.SendTail()))
+	d.mu.Unlock()
+	return owes
 }
 
 // rawReadWait is the syscall.RawConn Read callback of readWait: false
