@@ -361,7 +361,9 @@ func (l *link) readWait(b []byte) (int, error) {
 
 // owes reports whether flushOwed may have something to write: responses
 // the responder engine holds, responses queued and not yet taken into a
-// batch, a batch in progress, requests not yet transmitted.
+// batch, requests not yet transmitted. (A batch being written belongs to
+// the busy token's holder, who writes it whole and looks for more; flush
+// would leave it alone.)
 func (l *link) owes() bool {
 	if l.resp.Pending(true) {
 		return true
@@ -369,7 +371,7 @@ func (l *link) owes() bool {
 	d := l.d
 	o := &l.out
 	d.mu.Lock()
-	owes := o.rTaken < o.rTail || o.bi < o.bn ||
+	owes := o.rTaken < o.rTail ||
 		(l.req != nil && (l.req.Unsent() > 0 || l.posted < l.qp.SendTail()))
 	d.mu.Unlock()
 	return owes
