@@ -37,7 +37,6 @@ package tcp
 // only while the link goroutine sleeps, since it writes it when it looks.
 
 import (
-	"io"
 	"math"
 	"os"
 	"sync/atomic"
@@ -348,15 +347,7 @@ func (l *link) readWait(b []byte) (int, error) {
 	l.tryBuf, l.tryN, l.tryErr = b, 0, nil
 	err := l.raw.Read(l.readWaitFn)
 	l.tryBuf = nil
-	switch {
-	case err != nil:
-		return 0, err
-	case l.tryErr != nil:
-		return 0, l.tryErr
-	case l.tryN == 0:
-		return 0, io.EOF
-	}
-	return l.tryN, nil
+	return l.tryResult(err)
 }
 
 // owes reports whether flushOwed may have something to write: responses
