@@ -131,7 +131,12 @@
 //
 // When nobody polls, the reader busy-polls its socket for up to
 // TCPBusyPoll (SO_RCVLOWAT raised too) and then parks in Go's network
-// poller. An application that waits for completions by spinning on
+// poller. With busy polling off (TCPBusyPoll 0: no poller ever runs) the
+// reader keeps the read side while it waits and reads in the wait itself
+// (one RawConn Read whose callback reads into its buffer): a message
+// arriving at an idle link costs a read that finds nothing, a park and
+// the read that gets it; the first read that only decides whether owed
+// ACKs go now is skipped when nothing is owed. An application that waits for completions by spinning on
 // memory alone (never polling a CQ) gets the reader's service; one that
 // polls and then turns to memory may wait up to about two 200 µs looks
 // for the next message, and one that keeps polling a CQ other than the

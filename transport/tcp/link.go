@@ -85,26 +85,27 @@ var (
 )
 
 type link struct {
-	d        *qpDriver
-	qp       *soft.QP
-	t        *rc.Target
-	ltab     keytab.Table // the QP's own key table (pins of send entries)
-	peer     qpAddr
-	peerIP   net.IP
-	dialer   bool
-	rqpsn    psn
-	stop     chan struct{} // closed by stopLocked
-	dialCtx  context.Context
-	cancel   context.CancelFunc
-	incoming chan *net.TCPConn // accept side: the connection, handed over by ctxDriver
-	wake     chan struct{}     // hands the busy token to the writer goroutine
-	wg       sync.WaitGroup    // link and writer goroutines
-	cond     sync.Cond         // on d.mu: busy released, output drained
-	timer    *time.Timer       // runs onTimer
-	epoch    time.Time         // the engines' clock starts here
-	writeFn  func(fd uintptr) bool
-	readFn   func(fd uintptr)
-	waitFn   func(fd uintptr) bool
+	d          *qpDriver
+	qp         *soft.QP
+	t          *rc.Target
+	ltab       keytab.Table // the QP's own key table (pins of send entries)
+	peer       qpAddr
+	peerIP     net.IP
+	dialer     bool
+	rqpsn      psn
+	stop       chan struct{} // closed by stopLocked
+	dialCtx    context.Context
+	cancel     context.CancelFunc
+	incoming   chan *net.TCPConn // accept side: the connection, handed over by ctxDriver
+	wake       chan struct{}     // hands the busy token to the writer goroutine
+	wg         sync.WaitGroup    // link and writer goroutines
+	cond       sync.Cond         // on d.mu: busy released, output drained
+	timer      *time.Timer       // runs onTimer
+	epoch      time.Time         // the engines' clock starts here
+	writeFn    func(fd uintptr) bool
+	readFn     func(fd uintptr)
+	waitFn     func(fd uintptr) bool
+	readWaitFn func(fd uintptr) bool
 	// the reader's SO_RCVLOWAT (setLowat; the link goroutine only)
 	lowatHigh   bool
 	lowatHighFn func(fd uintptr)
@@ -144,6 +145,9 @@ type link struct {
 	// polled counts the application's polls of this link's CQs (poll);
 	// the reader does not busy-poll while it moves.
 	polled atomic.Uint64
+	// pollFrames counts the frames pollers handled (for tests; atomic:
+	// read without rmu, which a reader waiting for input may hold).
+	pollFrames atomic.Uint64
 	// appAsleep: a waiter on the link's CQs went to sleep (Sleep); polls
 	// clear it.
 	appAsleep atomic.Bool
@@ -172,7 +176,6 @@ type link struct {
 	perr       error     // a poller's handling ended the link: the reader exits with it
 	kicked     bool      // a poller set a read deadline to wake the reader
 	lastPolled uint64    // polled when the reader last went idle
-	pollFrames uint64    // frames handled by pollers
 	appSeen    time.Time // when the reader last saw polled move
 	resp       *rcproto.Responder
 	rbuf       []byte
@@ -221,6 +224,7 @@ func newLink(d *qpDriver, peer qpAddr, ip net.IP, dialer bool, rqpsn psn, maxDes
 	l.writeFn = l.rawWrite
 	l.readFn = l.rawRead
 	l.waitFn = l.rawWait
+	l.readWaitFn = l.rawReadWait
 	l.lowatHighFn, l.lowatLowFn = l.rawLowatHigh, l.rawLowatLow
 	l.readPinFn = l.rawReadPinned
 	l.timer = time.AfterFunc(time.Hour, l.onTimer)

@@ -42,9 +42,7 @@ func pollFrames(t *testing.T, qp *verbs.QP) uint64 {
 	if l == nil {
 		t.Fatal("no link")
 	}
-	l.rmu.Lock()
-	defer l.rmu.Unlock()
-	return l.pollFrames
+	return l.pollFrames.Load()
 }
 
 // spinCQ polls cq without sleeping until it has n completions.

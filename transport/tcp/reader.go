@@ -232,6 +232,12 @@ func (l *link) tryRead(b []byte) (int, error) {
 	l.tryBuf, l.tryN, l.tryErr = b, 0, nil
 	err := l.raw.Control(l.readFn)
 	l.tryBuf = nil
+	return l.tryResult(err)
+}
+
+// tryResult is the outcome of a read made in a RawConn callback (tryN,
+// tryErr), err the RawConn call's own.
+func (l *link) tryResult(err error) (int, error) {
 	switch {
 	case err != nil:
 		return 0, err
