@@ -608,25 +608,15 @@ func (c *Comm) waitWord(mem []byte, off int, want uint64, ch *channel, flag bool
 		}
 		relax()
 	}
-	ctx := c.op.ctx
-	start := time.Now()
-	deadline := start.Add(c.opts.Timeout)
-	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
-		deadline = d
-	}
-	done := ctx.Done()
+	start, deadline, done := c.waitLimits()
 	for i := 1; ; i++ {
 		v := sys.Load64(mem, off)
 		if v == want {
 			return nil
 		}
 		if flag && uint32(v) == uint32(want) {
-			// Counter right, signature wrong. Re-read after a moment in
-			// case the word was caught being written.
-			time.Sleep(time.Millisecond)
-			if v = sys.Load64(mem, off); v != want && uint32(v) == uint32(want) {
-				return c.fail(fmt.Errorf("%w: rank %d in %s: the message from rank %d belongs to a different call (signature %08x, want %08x)",
-					ErrMismatch, c.rank, c.op.desc(), peer, uint32(v>>32), uint32(want>>32)), true)
+			if err := c.checkSignature(mem, off, want, peer); err != nil {
+				return err
 			}
 			continue
 		}
@@ -651,6 +641,32 @@ func (c *Comm) waitWord(mem []byte, off int, want uint64, ch *channel, flag bool
 	}
 }
 
+// waitLimits starts a wait of the current call: its start, the deadline
+// (the call's timeout or its context's deadline, the earlier), and the
+// context's done channel.
+func (c *Comm) waitLimits() (start, deadline time.Time, done <-chan struct{}) {
+	ctx := c.op.ctx
+	start = time.Now()
+	deadline = start.Add(c.opts.Timeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	return start, deadline, ctx.Done()
+}
+
+// checkSignature is a wait's look at a word whose counter is the one
+// wanted but whose signature is not: it re-reads it after a moment, in
+// case the word was caught being written, and fails the communicator
+// with ErrMismatch if the message still belongs to a different call.
+func (c *Comm) checkSignature(mem []byte, off int, want uint64, peer int) error {
+	time.Sleep(time.Millisecond)
+	if v := sys.Load64(mem, off); v != want && uint32(v) == uint32(want) {
+		return c.fail(fmt.Errorf("%w: rank %d in %s: the message from rank %d belongs to a different call (signature %08x, want %08x)",
+			ErrMismatch, c.rank, c.op.desc(), peer, uint32(v>>32), uint32(want>>32)), true)
+	}
+	return nil
+}
+
 // waitWordPolling is waitWord for a word a tcp peer writes: the write
 // lands when this process reads it from the socket. Each look that finds
 // the word unchanged polls the channel's completion queue, and the poll
@@ -662,24 +678,15 @@ func (c *Comm) waitWord(mem []byte, off int, want uint64, ch *channel, flag bool
 // endpoint's queues (pollAllEvery).
 func (c *Comm) waitWordPolling(mem []byte, off int, want uint64, ch *channel, flag bool) error {
 	peer := ch.peer
-	ctx := c.op.ctx
-	start := time.Now()
-	deadline := start.Add(c.opts.Timeout)
-	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
-		deadline = d
-	}
-	done := ctx.Done()
+	start, deadline, done := c.waitLimits()
 	for i := 1; ; i++ {
 		v := sys.Load64(mem, off)
 		if v == want {
 			return nil
 		}
 		if flag && uint32(v) == uint32(want) {
-			// Counter right, signature wrong (see waitWord).
-			time.Sleep(time.Millisecond)
-			if v = sys.Load64(mem, off); v != want && uint32(v) == uint32(want) {
-				return c.fail(fmt.Errorf("%w: rank %d in %s: the message from rank %d belongs to a different call (signature %08x, want %08x)",
-					ErrMismatch, c.rank, c.op.desc(), peer, uint32(v>>32), uint32(want>>32)), true)
+			if err := c.checkSignature(mem, off, want, peer); err != nil {
+				return err
 			}
 			continue
 		}
