@@ -3,6 +3,7 @@ package coll
 import (
 	"context"
 	"errors"
+	"math"
 	"strings"
 	"sync"
 	"testing"
@@ -249,6 +250,7 @@ func TestSingleRank(t *testing.T) {
 // TestNoAllocs: collectives on registered memory allocate nothing in the
 // steady state.
 func TestNoAllocs(t *testing.T) {
+	const measures = 3
 	for _, tr := range []string{"shm", "tcp"} {
 		t.Run(tr, func(t *testing.T) {
 			var start, stop sync.WaitGroup
@@ -283,7 +285,7 @@ func TestNoAllocs(t *testing.T) {
 				if c.Rank() == 1 {
 					// The peer runs the same calls meanwhile; both count.
 					start.Wait()
-					for i := 0; i < 11; i++ {
+					for i := 0; i < measures*11; i++ {
 						if err := run(); err != nil {
 							return err
 						}
@@ -293,18 +295,26 @@ func TestNoAllocs(t *testing.T) {
 				}
 				var ferr error
 				start.Done()
-				allocs := testing.AllocsPerRun(10, func() {
-					if err := run(); err != nil {
-						ferr = err
-					}
-				})
+				// The least of a few measures: an allocation of coll's is
+				// in every one, while the runtime's now and then (a
+				// channel receive's sudog when the per-P caches, cleared
+				// at each GC, run dry: the tcp readers park on channels)
+				// is not.
+				allocs := math.Inf(1)
+				for range measures {
+					allocs = min(allocs, testing.AllocsPerRun(10, func() {
+						if err := run(); err != nil {
+							ferr = err
+						}
+					}))
+				}
 				stop.Wait()
 				// coll allocates nothing; the tcp transport's goroutines
 				// (netpoll wake-ups) allocate now and then.
 				if limit := map[string]float64{"shm": 0, "tcp": 3}[tr]; allocs > limit {
-					t.Errorf("%v allocations per round of 5 collectives", allocs)
+					t.Errorf("%v allocations per round of 8 collectives", allocs)
 				} else {
-					t.Logf("%v allocations per round of 5 collectives (all goroutines)", allocs)
+					t.Logf("%v allocations per round of 8 collectives (all goroutines)", allocs)
 				}
 				return ferr
 			}))
