@@ -13,26 +13,38 @@ import "github.com/rdmakit/rdmakit/internal/sys"
 // position of the first and how many. The producer fills each
 // (Slot(pos+i)) and publishes them all with PublishN(pos, n).
 func (r *Ring) ReserveN(k int) (pos uint64, n int) {
+	return r.takeN(offTail, 0, k)
+}
+
+// takeN is ReserveN (off offTail, a free slot's sequence lag 0) and
+// ClaimN (offHead, a published slot's lag 1): it counts up to k
+// consecutive slots whose sequence is their position plus lag from the
+// counter at off, and moves the counter past them with one CAS. None
+// are there when the ring is full (empty) at the counter, or when the
+// counter did not move past a slot that is not ready (an inconsistent
+// slot).
+func (r *Ring) takeN(off int, lag uint64, k int) (pos uint64, n int) {
 	k = min(k, int(r.mask)+1)
-	pos = sys.Load64(r.b, offTail)
+	pos = sys.Load64(r.b, off)
 	for k > 0 {
 		n = 0
-		for n < k && sys.Load64(r.b, headerSize+int((pos+uint64(n))&r.mask)*r.slot) == pos+uint64(n) {
+		for n < k && sys.Load64(r.b, headerSize+int((pos+uint64(n))&r.mask)*r.slot) == pos+uint64(n)+lag {
 			n++
 		}
 		if n > 0 {
-			if sys.CAS64(r.b, offTail, pos, pos+uint64(n)) {
+			if sys.CAS64(r.b, off, pos, pos+uint64(n)) {
 				return pos, n
 			}
-			pos = sys.Load64(r.b, offTail)
+			pos = sys.Load64(r.b, off)
 			continue
 		}
-		// As in Reserve: full, or another producer moved on; a tail
-		// that did not move means an inconsistent slot.
-		if seq := sys.Load64(r.b, headerSize+int(pos&r.mask)*r.slot); int64(seq-pos) < 0 {
+		// As in Reserve and Claim: full (empty), or another producer
+		// (consumer) moved on; a counter that did not move means an
+		// inconsistent slot.
+		if seq := sys.Load64(r.b, headerSize+int(pos&r.mask)*r.slot); int64(seq-(pos+lag)) < 0 {
 			return 0, 0
 		}
-		np := sys.Load64(r.b, offTail)
+		np := sys.Load64(r.b, off)
 		if np == pos {
 			return 0, 0
 		}
@@ -68,30 +80,9 @@ func (r *Ring) PublishN(pos uint64, n int) {
 // how many; the consumer reads each in place (Slot) and gives each back
 // with Release.
 func (r *Ring) ClaimN(k int) (pos uint64, n int) {
-	k = min(k, int(r.mask)+1)
-	pos = sys.Load64(r.b, offHead)
-	for k > 0 {
-		n = 0
-		for n < k && sys.Load64(r.b, headerSize+int((pos+uint64(n))&r.mask)*r.slot) == pos+uint64(n)+1 {
-			n++
-		}
-		if n > 0 {
-			if sys.CAS64(r.b, offHead, pos, pos+uint64(n)) {
-				raceAcquire()
-				return pos, n
-			}
-			pos = sys.Load64(r.b, offHead)
-			continue
-		}
-		// As in Claim: empty, or another consumer moved on.
-		if seq := sys.Load64(r.b, headerSize+int(pos&r.mask)*r.slot); int64(seq-(pos+1)) < 0 {
-			return 0, 0
-		}
-		np := sys.Load64(r.b, offHead)
-		if np == pos {
-			return 0, 0
-		}
-		pos = np
+	pos, n = r.takeN(offHead, 1, k)
+	if n > 0 {
+		raceAcquire()
 	}
-	return 0, 0
+	return pos, n
 }

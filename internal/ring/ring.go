@@ -146,24 +146,37 @@ func (r Ring) TryPush(src []byte) bool {
 // false when the ring is full. Publish(pos) hands the slot to consumers;
 // until then consumers wait at it (so publish soon, and without fail).
 func (r Ring) Reserve() (pos uint64, payload []byte, ok bool) {
-	pos = sys.Load64(r.b, offTail)
+	pos, so, ok := r.take(offTail, 0)
+	if !ok {
+		return 0, nil, false
+	}
+	return pos, r.b[so+8 : so+r.slot], true
+}
+
+// take is Reserve (off offTail, a free slot's sequence lag 0) and Claim
+// (offHead, a published slot's lag 1): it moves the counter at off past
+// the slot whose sequence is its position plus lag and returns that
+// position and the slot's offset, or ok false when the ring is full
+// (empty) there. A slot ahead of the counter means another producer
+// (consumer) moved on; a counter that did not move then means the slot
+// is inconsistent (a corrupted ring): give up.
+func (r Ring) take(off int, lag uint64) (pos uint64, so int, ok bool) {
+	pos = sys.Load64(r.b, off)
 	for {
-		so := headerSize + int(pos&r.mask)*r.slot
+		so = headerSize + int(pos&r.mask)*r.slot
 		seq := sys.Load64(r.b, so)
-		switch d := int64(seq - pos); {
+		switch d := int64(seq - (pos + lag)); {
 		case d == 0:
-			if sys.CAS64(r.b, offTail, pos, pos+1) {
-				return pos, r.b[so+8 : so+r.slot], true
+			if sys.CAS64(r.b, off, pos, pos+1) {
+				return pos, so, true
 			}
-			pos = sys.Load64(r.b, offTail)
+			pos = sys.Load64(r.b, off)
 		case d < 0:
-			return 0, nil, false
+			return 0, 0, false
 		default:
-			// Another producer moved on; a tail that did not move means
-			// the slot is inconsistent (a corrupted ring): give up.
-			np := sys.Load64(r.b, offTail)
+			np := sys.Load64(r.b, off)
 			if np == pos {
-				return 0, nil, false
+				return 0, 0, false
 			}
 			pos = np
 		}
@@ -192,27 +205,12 @@ func (r Ring) TryPop(dst []byte) bool {
 // Release(pos) gives the slot back to producers; until then they find
 // the ring full at it (so release soon, and without fail).
 func (r Ring) Claim() (pos uint64, payload []byte, ok bool) {
-	pos = sys.Load64(r.b, offHead)
-	for {
-		so := headerSize + int(pos&r.mask)*r.slot
-		seq := sys.Load64(r.b, so)
-		switch d := int64(seq - (pos + 1)); {
-		case d == 0:
-			if sys.CAS64(r.b, offHead, pos, pos+1) {
-				raceAcquire()
-				return pos, r.b[so+8 : so+r.slot], true
-			}
-			pos = sys.Load64(r.b, offHead)
-		case d < 0:
-			return 0, nil, false
-		default:
-			np := sys.Load64(r.b, offHead)
-			if np == pos {
-				return 0, nil, false
-			}
-			pos = np
-		}
+	pos, so, ok := r.take(offHead, 1)
+	if !ok {
+		return 0, nil, false
 	}
+	raceAcquire()
+	return pos, r.b[so+8 : so+r.slot], true
 }
 
 // Release gives the slot Claim returned at pos back to producers. A
