@@ -15,15 +15,10 @@
 # Env: PI_N (iterations, default 50).
 PI_STANDALONE=0
 if [[ ${BASH_SOURCE[0]} == "$0" ]]; then
-  set -uo pipefail
   PI_STANDALONE=1
   HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-  PASS=0; FAIL=0; SKIP=0
-  LOG=${CI_LOG:-$PWD/logs}; mkdir -p "$LOG"
-  result() {  # ok|FAIL|skip label detail
-    case $1 in ok) PASS=$((PASS+1)) ;; FAIL) FAIL=$((FAIL+1)) ;; *) SKIP=$((SKIP+1)) ;; esac
-    printf 'RESULT %-4s | %s | %s\n' "$1" "$2" "$3"
-  }
+  # shellcheck source=standalone.sh
+  . "$(dirname "${BASH_SOURCE[0]}")/standalone.sh"
   "$HERE/rdma-setup.sh" rxe-dummy siw-dummy > "$LOG/setup.txt" 2>&1 || { cat "$LOG/setup.txt"; result FAIL setup "rdma-setup.sh failed"; }
   RXE=rxe_dum; RXE_IP=10.200.0.1; SIW=siw_dum; SIW_IP=10.201.0.1
 fi
@@ -168,6 +163,5 @@ else
 fi
 echo "# perftest interop took $(awk -v a="$pi_t0" -v b="$(cut -d' ' -f1 /proc/uptime)" 'BEGIN{printf "%.0fs", b-a}')"
 if [[ $PI_STANDALONE == 1 ]]; then
-  echo "$PASS passed, $FAIL failed, $SKIP skipped"
-  ((FAIL == 0))
+  standalone_summary
 fi

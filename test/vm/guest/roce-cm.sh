@@ -20,14 +20,9 @@
 # summary.
 RC_STANDALONE=0
 if [[ ${BASH_SOURCE[0]} == "$0" ]]; then
-  set -uo pipefail
   RC_STANDALONE=1
-  PASS=0; FAIL=0; SKIP=0
-  LOG=${CI_LOG:-$PWD/logs}; mkdir -p "$LOG"
-  result() {  # ok|FAIL|skip label detail
-    case $1 in ok) PASS=$((PASS+1)) ;; FAIL) FAIL=$((FAIL+1)) ;; *) SKIP=$((SKIP+1)) ;; esac
-    printf 'RESULT %-4s | %s | %s\n' "$1" "$2" "$3"
-  }
+  # shellcheck source=standalone.sh
+  . "$(dirname "${BASH_SOURCE[0]}")/standalone.sh"
 fi
 RC_HERE=$(dirname "${BASH_SOURCE[0]}")
 # roce.sh's settings and setup (RO_NS, RO_IP, RO_RXE, RO_RXE_IP, ro_setup).
@@ -131,6 +126,5 @@ else
   fi
 fi
 if ((RC_STANDALONE)); then
-  echo "$PASS passed, $FAIL failed, $SKIP skipped"
-  ((FAIL == 0))
+  standalone_summary
 fi

@@ -25,14 +25,9 @@
 # in DIR) it ends with the "N passed, N failed, N skipped" summary.
 RO_STANDALONE=0
 if [[ ${BASH_SOURCE[0]} == "$0" ]]; then
-  set -uo pipefail
   RO_STANDALONE=1
-  PASS=0; FAIL=0; SKIP=0
-  LOG=${CI_LOG:-$PWD/logs}; mkdir -p "$LOG"
-  result() {  # ok|FAIL|skip label detail
-    case $1 in ok) PASS=$((PASS+1)) ;; FAIL) FAIL=$((FAIL+1)) ;; *) SKIP=$((SKIP+1)) ;; esac
-    printf 'RESULT %-4s | %s | %s\n' "$1" "$2" "$3"
-  }
+  # shellcheck source=standalone.sh
+  . "$(dirname "${BASH_SOURCE[0]}")/standalone.sh"
 fi
 RO_NS=roce_ns; RO_RXE=rxe_v; RO_RXE_IP=10.98.0.1; RO_IP=10.98.0.2; RO_MTU=${RO_MTU:-9000}
 
@@ -217,6 +212,5 @@ if [[ -e /sys/class/infiniband/$RO_RXE && -f "$(dirname "${BASH_SOURCE[0]}")/roc
   . "$(dirname "${BASH_SOURCE[0]}")/roce-perftest.sh"
 fi
 if ((RO_STANDALONE)); then
-  echo "$PASS passed, $FAIL failed, $SKIP skipped"
-  ((FAIL == 0))
+  standalone_summary
 fi
