@@ -222,22 +222,31 @@ func (t *Target) memory(e *keytab.Entry, addr uint64, n int) ([]byte, bool) {
 	if n == 0 {
 		return nil, true
 	}
+	if n < 0 {
+		return nil, false // a Length past an int: a peer's table says anything
+	}
 	off := addr - e.VA
 	if e.Handle == keytab.NoHandle {
 		if t.Ext == nil {
 			return nil, false
 		}
 		m := t.Ext(e.Index)
-		if m == nil || off+uint64(n) > uint64(len(m)) {
+		if m == nil || !within(uint64(len(m)), off, uint64(n)) {
 			return nil, false
 		}
 		return m[off : off+uint64(n)], true
 	}
-	start := e.Handle + off
-	if start+uint64(n) > uint64(len(t.arena)) {
+	if !within(uint64(len(t.arena)), e.Handle, 0) || !within(uint64(len(t.arena))-e.Handle, off, uint64(n)) {
 		return nil, false
 	}
+	start := e.Handle + off
 	return t.arena[start : start+uint64(n)], true
+}
+
+// within reports whether [off, off+n) lies in [0, size), without the
+// sums wrapping around (the values come from a peer's key table).
+func within(size, off, n uint64) bool {
+	return off <= size && n <= size-off
 }
 
 func inBounds(e *keytab.Entry, addr uint64, n int) bool {
