@@ -722,13 +722,7 @@ const pollAllEvery = 16
 // send CQ: any QP of the endpoint), and reaps them.
 func (c *Comm) waitPoll(q *qpState) error {
 	ep := q.ep
-	ctx := c.op.ctx
-	start := time.Now()
-	deadline := start.Add(c.opts.Timeout)
-	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
-		deadline = d
-	}
-	done := ctx.Done()
+	start, deadline, done := c.waitLimits()
 	was := q.completed
 	for i := 1; ; i++ {
 		if ep.sleepWait {
