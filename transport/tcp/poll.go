@@ -120,7 +120,7 @@ func (l *link) poll() (busy bool) {
 		// large for a poller, say), or another poller is: nothing to do
 		// here, and the one at work may need this CPU (2-rank AllReduce
 		// 1 MiB over tcp in 256 KiB messages, which the link goroutine
-		// reads: 770-1200 µs keeping the CPU, XXX yielding).
+		// reads, took 770-1200 µs while pollers kept the CPU).
 		return false
 	}
 	if !l.rdone && l.perr == nil {
