@@ -684,12 +684,6 @@ func (s *Store) oneSlice() int {
 	return transfer.DefaultSliceSize
 }
 
-// writeSlots writes each value and its version header into the slots the
-// master placed it in: first the ranges the master named set to 0 (the
-// headers of dirty slots it overlaps, if any), and only once that is done
-// the values and the versions (cache.go says why), and the headers of the
-// key's current version (prev) set to 0. It returns per key the first
-// failure.
 // writeWithin is how long after a put began its writes may still land:
 // well before the master may take the new slots back (putTTL), and,
 // where the batch clears the current versions' headers (prev), before
@@ -705,6 +699,12 @@ func (s *Store) writeWithin(prev [][]Location) time.Duration {
 	return within
 }
 
+// writeSlots writes each value and its version header into the slots the
+// master placed it in: first the ranges the master named set to 0 (the
+// headers of dirty slots it overlaps, if any), and only once that is done
+// the values and the versions (cache.go says why), and the headers of the
+// key's current version (prev) set to 0. It returns per key the first
+// failure.
 func (s *Store) writeSlots(ctx context.Context, keys [][]byte, values []Buf, vers []uint64, locs [][]Location, clears [][][]extent, prev [][]Location, errs []error) []error {
 	fail := func(err error) []error {
 		failed := make([]error, len(keys))
