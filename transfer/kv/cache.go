@@ -378,7 +378,11 @@ func (s *Store) speculate(ctx context.Context, keys [][]byte, dsts []Buf, pendin
 	if len(reqs) == 0 {
 		return sp
 	}
-	b, err := s.node.Submit(ctx, reqs)
+	// Posting waits for send queue room: bounded as the Get's own reads
+	// are (getOnce), not by the caller's context, which may have no end.
+	pctx, cancel := context.WithTimeout(ctx, s.leaseTTL*9/10)
+	b, err := s.node.Submit(pctx, reqs)
+	cancel()
 	if err != nil {
 		return &spec{} // (a segment gone: the master will say where)
 	}
