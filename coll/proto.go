@@ -707,10 +707,10 @@ func (c *Comm) pollWait(q *qpState, i, peer int, done <-chan struct{}, start, de
 		if err := c.checkWait(peer, done, start, deadline); err != nil {
 			return err
 		}
-		if q.cq != q.ep.scq {
-			_, err := c.poll(q.ep)
-			return err
-		}
+		// (Only sleepWait endpoints wait here, and their QPs have CQs of
+		// their own: poll goes through each.)
+		_, err := c.poll(q.ep)
+		return err
 	}
 	_, err := c.pollCQ(q.ep, q.cq)
 	return err
