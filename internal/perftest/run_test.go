@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/rdmakit/rdmakit/verbs"
 )
 
 // checkRun fails unless both sides succeeded and printed want result
@@ -224,8 +226,18 @@ func TestUnreachable(t *testing.T) {
 func TestClientUnknownDevice(t *testing.T) {
 	o, _ := ParseArgs([]string{"write_bw", "-d", "mlx5_0", "127.0.0.1"})
 	err := Run(context.Background(), o, Env{Stdout: &syncBuffer{}})
-	// (roce devices too: rcm_roce.go imports transport/roce.)
-	if err == nil || !strings.Contains(err.Error(), "device mlx5_0 is not available (devices: ") || !strings.Contains(err.Error(), "shm0, tcp0)") {
+	// Every linked device is listed (roce ones too, one per up interface:
+	// rcm_roce.go imports transport/roce), shm0 and tcp0 among them.
+	devs, _ := verbs.Devices()
+	var names []string
+	for _, d := range devs {
+		names = append(names, d.Name)
+	}
+	list := strings.Join(names, ", ")
+	if !strings.Contains(list, "shm0") || !strings.Contains(list, "tcp0") {
+		t.Errorf("devices %q: no shm0 or tcp0", list)
+	}
+	if err == nil || err.Error() != "device mlx5_0 is not available (devices: "+list+"); choose one with -d" {
 		t.Errorf("error %v", err)
 	}
 }
