@@ -118,11 +118,18 @@ else
     msgs=$(tshark -r "$LOG/roce-cm.pcap" -Y 'infiniband.mad.mgmtclass == 0x07' -T fields -e infiniband.mad.attributeid 2> /dev/null | sort | uniq -c | awk '{printf "%s:%s ", $2, $1}')
     # (perftest's messages in RC Sends would be taken for RPC-over-RDMA.)
     bad=$(tshark --disable-protocol rpcordma -r "$LOG/roce-cm.pcap" -Y '_ws.malformed || _ws.expert.severity >= error' 2> /dev/null | wc -l)
-    if [[ -n $msgs && $bad == 0 ]]; then
+    # REQ, REP, RTU, DREQ and DREP (IBTA CM attribute IDs) must all be there.
+    missing=""
+    for id in 0x0010 0x0013 0x0014 0x0015 0x0016; do
+      [[ " $msgs" == *" $id:"* ]] || missing+=" $id"
+    done
+    if [[ -z $missing && $bad == 0 ]]; then
       result ok "roce CM capture decodes" "CM MADs by attribute ID: $msgs; 0 malformed"
     else
-      result FAIL "roce CM capture decodes" "CM MADs: ${msgs:-none}; $bad malformed"
+      result FAIL "roce CM capture decodes" "CM MADs: ${msgs:-none}; missing:${missing:- none}; $bad malformed"
     fi
+  else
+    result skip "roce CM capture decodes" "no tcpdump"
   fi
 fi
 if ((RC_STANDALONE)); then
