@@ -48,6 +48,7 @@ package coll
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"runtime"
 	"time"
@@ -499,7 +500,10 @@ func (c *Comm) waitLow(mem []byte, off int, f uint32, peer int) error {
 	for i := 1; uint32(sys.Load64(mem, off)) != f; i++ {
 		if i&255 == 0 {
 			if err := c.checkWait(peer, c.op.ctx.Done(), start, deadline); err != nil {
-				return err
+				if err == errGone && uint32(sys.Load64(mem, off)) == f {
+					return nil
+				}
+				return c.stop(err, peer)
 			}
 			c.backoff(start)
 		}
@@ -624,7 +628,10 @@ func (c *Comm) waitWord(mem []byte, off int, want uint64, ch *channel, flag bool
 			continue
 		}
 		if err := c.checkWait(peer, done, start, deadline); err != nil {
-			return err
+			if err == errGone && sys.Load64(mem, off) == want {
+				return nil
+			}
+			return c.stop(err, peer)
 		}
 		if alt != nil && uint32(sys.Load64(alt, altOff)) == uint32(want) {
 			return c.fail(fmt.Errorf("%w: rank %d in %s: rank %d sent a message of another size",
@@ -691,7 +698,10 @@ func (c *Comm) waitWordPolling(mem []byte, off int, want uint64, ch *channel, fl
 			continue
 		}
 		if err := c.pollWait(ch.q, i, peer, done, start, deadline); err != nil {
-			return err
+			if err == errGone && sys.Load64(mem, off) == want {
+				return nil
+			}
+			return c.stop(err, peer)
 		}
 	}
 }
@@ -705,6 +715,13 @@ func (c *Comm) waitWordPolling(mem []byte, off int, want uint64, ch *channel, fl
 func (c *Comm) pollWait(q *qpState, i, peer int, done <-chan struct{}, start, deadline time.Time) error {
 	if i%pollAllEvery == 0 {
 		if err := c.checkWait(peer, done, start, deadline); err != nil {
+			if err == errGone {
+				// What the peer sent before leaving may still be in
+				// the socket: take it in before the caller's last look.
+				if _, perr := c.poll(q.ep); perr != nil {
+					return perr
+				}
+			}
 			return err
 		}
 		// (Only sleepWait endpoints wait here, and their QPs have CQs of
@@ -728,8 +745,12 @@ func (c *Comm) waitPoll(q *qpState) error {
 		if ep.sleepWait {
 			// The poll reads the socket, and yields when idle
 			// (waitWordPolling).
-			if err := c.pollWait(q, i, q.peer, done, start, deadline); err != nil || q.completed != was {
-				return err
+			err := c.pollWait(q, i, q.peer, done, start, deadline)
+			if err == errGone && q.completed != was {
+				return nil
+			}
+			if err != nil || q.completed != was {
+				return c.stop(err, q.peer)
 			}
 			continue
 		}
@@ -738,7 +759,12 @@ func (c *Comm) waitPoll(q *qpState) error {
 			return err
 		}
 		if i&15 == 0 {
-			if err := c.checkWait(q.peer, done, start, deadline); err != nil {
+			if err := c.checkWait(q.peer, done, start, deadline); err == errGone {
+				if n, err := c.pollCQ(ep, q.cq); n > 0 || err != nil {
+					return err
+				}
+				return c.stop(errGone, q.peer)
+			} else if err != nil {
 				return err
 			}
 		}
@@ -746,13 +772,17 @@ func (c *Comm) waitPoll(q *qpState) error {
 	}
 }
 
-// checkWait reports why waiting must stop, if it must.
+// checkWait reports why waiting must stop, if it must: errGone if peer
+// has left, which the waiter hands to stop after one more look.
 func (c *Comm) checkWait(peer int, done <-chan struct{}, start, deadline time.Time) error {
 	if p := c.failed.Load(); p != nil {
 		return *p
 	}
+	if testHookCheckWait != nil {
+		testHookCheckWait(c, peer)
+	}
 	if peer >= 0 && c.gone[peer].Load() {
-		return c.fail(fmt.Errorf("%w: rank %d in %s: rank %d closed the communicator", ErrPeerLost, c.rank, c.op.desc(), peer), true)
+		return errGone
 	}
 	if now := time.Now(); now.After(deadline) {
 		who := "any peer"
@@ -770,6 +800,27 @@ func (c *Comm) checkWait(peer int, done <-chan struct{}, start, deadline time.Ti
 	}
 	return nil
 }
+
+// errGone is checkWait's report that the awaited peer has left (closed
+// the communicator). What a peer writes lands before it says bye (Close
+// settles first) and before its departure can be seen here, so the waiter
+// looks once more at what it waits for (a preemption between its last look
+// and checkWait can hide a message that came with the bye) and only then
+// gives up, through stop.
+var errGone = errors.New("coll: peer left")
+
+// stop is the error a wait ends with after checkWait's err and one more
+// look that found nothing: errGone becomes the communicator's failure.
+func (c *Comm) stop(err error, peer int) error {
+	if err == errGone {
+		return c.fail(fmt.Errorf("%w: rank %d in %s: rank %d closed the communicator", ErrPeerLost, c.rank, c.op.desc(), peer), true)
+	}
+	return err
+}
+
+// testHookCheckWait, when set (tests), runs at the start of every
+// checkWait.
+var testHookCheckWait func(c *Comm, peer int)
 
 // backoff gives the CPU away as a wait grows: other goroutines first,
 // other processes after spinFor, short sleeps after a millisecond.
