@@ -41,6 +41,12 @@ func tcfg(dev string) transfer.Config {
 	return transfer.Config{Secret: secret, Devices: []string{dev}, LeaseTTL: time.Second, PeerTimeout: time.Second}
 }
 
+// steady gives a test in which no node dies long leases and peer
+// timeouts (tcfg's are short, for the tests that kill nodes).
+func steady(c *Config) {
+	c.Transfer.LeaseTTL, c.Transfer.PeerTimeout = 10*time.Second, 10*time.Second
+}
+
 // cluster starts a master with capacity and k-1 more store nodes, all in
 // this process.
 func cluster(t *testing.T, dev string, k int, capacity int64, mod func(*Config)) []*Store {
@@ -394,8 +400,18 @@ func TestConcurrentSameKeys(t *testing.T) {
 
 func testConcurrentSameKeys(t *testing.T, dev string) {
 	ctx := context.Background()
-	ss := cluster(t, dev, 3, 4<<20, nil)
-	clients := []*Store{ss[1], ss[2], client(t, dev, ss[0].Addr())}
+	// Nothing dies here: leases and peer timeouts long enough that a
+	// loaded host (CI on 2 cores, load 8) does not expire a live node's
+	// segment or connection (1 s did: "no such segment", "peer lost").
+	ss := cluster(t, dev, 3, 4<<20, steady)
+	cc := Config{Addr: ss[0].Addr(), Transfer: tcfg(dev)}
+	steady(&cc)
+	c, err := Open(ctx, cc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	clients := []*Store{ss[1], ss[2], c}
 	keys := [][]byte{[]byte("k0"), []byte("k1"), []byte("k2")}
 	var wg sync.WaitGroup
 	var mu sync.Mutex
