@@ -6,19 +6,21 @@ package coll
 //
 // Memory of an endpoint, all from its arena:
 //
-//	fifo  per (peer, channel): Slots flag words (padded to a page), Slots
+//	fifo  per (peer, channel): Slots flag words (padded to a page), llSlots
 //	      LL slots (padded to a page), then Slots chunks, each followed by
 //	      slotTail bytes whose first word is the chunk's tail flag. The
 //	      peer writes data into a chunk, then the flag (the flag word, or on
 //	      write-on-post devices the data ending at the tail flag and the
 //	      flag in one write); or a small message, flags interleaved, into an
 //	      LL slot (see proto.go).
-//	acks  per (peer, channel): Slots words. The peer writes, for each
-//	      message of ours it consumed, its number+1 into the word of its
-//	      slot: our credit to reuse the slot.
+//	acks  per (peer, channel): Slots words (padded to 64 bytes), then
+//	      llSlots words. The peer writes, for each message of ours it
+//	      consumed, its number+1 into the word of its slot: our credit to
+//	      reuse the slot (LL messages count apart, in the second array).
 //	src   per (peer, channel): Slots words for outgoing flag values
-//	      (padded to 64 bytes), Slots words for outgoing acks, and an LL
-//	      slot where small messages are packed before they are written.
+//	      (padded to 64 bytes), Slots words for outgoing acks (padded),
+//	      llSlots words for outgoing LL acks, and an LL slot where small
+//	      messages are packed before they are written.
 //	      A flag or ack word of a slot is rewritten only once the peer has
 //	      seen the previous one of that slot, so writes from here need not
 //	      be inline (devices with little inline room: siw).
@@ -47,6 +49,18 @@ const (
 	// per 4 data bytes.
 	llMax  = 128
 	llSlot = (1 + llMax/4) * wordSize
+	// llStride is the distance between two LL slots, a whole number of
+	// cache lines: a message of up to 28 bytes (header and 7 words) then
+	// always lies in one line.
+	llStride = (llSlot + 63) &^ 63
+	// llSlots is the depth of the LL ring of a channel, and llBatch how
+	// many LL messages the receiver consumes before it returns their
+	// credits: LL messages have credits of their own, apart from the
+	// chunk slots (proto.go), so that back-to-back small collectives
+	// return a credit once per llBatch calls instead of every Slots/2,
+	// for 20 KiB per channel instead of Slots chunks.
+	llSlots = 64
+	llBatch = llSlots / 2
 	// slotTail follows each FIFO chunk: the tail flag word, padded to a
 	// cache line.
 	slotTail = 64
@@ -121,13 +135,25 @@ type channel struct {
 	wr       [2]verbs.SendWR
 	sge      [2]verbs.SGE
 
-	ll     []byte // LL slots (receiving)
-	remLL  uint64 // the peer's LL slots
-	llSrc  []byte // packing area (sending)
-	llAddr uint64
-	llBuf  []byte // unpacked LL message (receiving)
-	llWR   [1]verbs.SendWR
-	llSGE  [1]verbs.SGE
+	// The LL ring: llSlots slots, counted apart from the chunk slots.
+	ll        []byte // LL slots (receiving)
+	remLL     uint64 // the peer's LL slots
+	llSrc     []byte // packing area (sending)
+	llAddr    uint64
+	llBuf     []byte // unpacked LL message (receiving)
+	llWR      [1]verbs.SendWR
+	llSGE     [1]verbs.SGE
+	llSk      uint64 // LL messages sent
+	llAcks    []byte // LL credits the peer writes here
+	llRk      uint64 // LL messages consumed
+	llAcked   uint64 // ... and acknowledged to the peer
+	llAckSrc  []byte // llSlots words
+	llAckAddr uint64
+	remLLAcks uint64
+	// pendLL: the message recv returned, which release consumes, is an
+	// LL message (at most one message per channel is received and not
+	// yet released).
+	pendLL bool
 
 	// Receiving from the peer.
 	rk       uint64 // messages consumed
@@ -269,10 +295,12 @@ func (c *Comm) setup(ctx context.Context) error {
 	}
 	C, S, chunk := c.opts.Channels, c.opts.Slots, c.opts.ChunkSize
 	flagBytes := (S*wordSize + 4095) &^ 4095
-	llBytes := (S*llSlot + 4095) &^ 4095
+	llBytes := (llSlots*llStride + 4095) &^ 4095
 	fifoBytes := flagBytes + llBytes + S*(chunk+slotTail)
 	ackBytes := (S*wordSize + 63) &^ 63
-	srcBytes := 2*ackBytes + llSlot
+	llAckBytes := llSlots * wordSize
+	acksBytes := ackBytes + llAckBytes
+	srcBytes := 2*ackBytes + llAckBytes + llStride
 	psns := map[*qpState]uint32{}
 	for i, d := range devs {
 		ps := byDev[d.Device]
@@ -310,7 +338,7 @@ func (c *Comm) setup(ctx context.Context) error {
 		if ep.fifo, err = ep.pd.AllocMR(nq*fifoBytes, rw); err != nil {
 			return err
 		}
-		if ep.acks, err = ep.pd.AllocMR(nq*ackBytes, rw); err != nil {
+		if ep.acks, err = ep.pd.AllocMR(nq*acksBytes, rw); err != nil {
 			return err
 		}
 		if ep.src, err = ep.pd.AllocMR(nq*srcBytes, verbs.AccessLocalWrite); err != nil {
@@ -351,15 +379,18 @@ func (c *Comm) setup(ctx context.Context) error {
 				fifo := ep.fifo.Bytes()[k*fifoBytes : (k+1)*fifoBytes]
 				src := ep.src.Bytes()[k*srcBytes : (k+1)*srcBytes]
 				srcAddr := ep.src.Addr() + uint64(k*srcBytes)
+				acks := ep.acks.Bytes()[k*acksBytes : (k+1)*acksBytes]
+				lo := 2*ackBytes + llAckBytes // the LL packing area in src
 				chn := &channel{
 					q: q, peer: p, slots: uint64(S), chunk: chunk, stride: chunk + slotTail,
 					inline:  min(maxInline, qp.Cap().MaxInlineData),
-					acks:    ep.acks.Bytes()[k*ackBytes : k*ackBytes+S*wordSize],
+					acks:    acks[:S*wordSize],
 					flagSrc: src[:S*wordSize], flagAddr: srcAddr, srcKey: ep.src.LKey(),
-					flags: fifo[:S*wordSize], ll: fifo[flagBytes : flagBytes+S*llSlot], fifo: fifo[flagBytes+llBytes:],
+					flags: fifo[:S*wordSize], ll: fifo[flagBytes : flagBytes+llSlots*llStride], fifo: fifo[flagBytes+llBytes:],
 					ackSrc: src[ackBytes : ackBytes+S*wordSize], ackAddr: srcAddr + uint64(ackBytes),
-					llSrc: src[2*ackBytes : 2*ackBytes+llSlot], llAddr: srcAddr + uint64(2*ackBytes),
-					llBuf:    make([]byte, llMax),
+					llSrc: src[lo : lo+llSlot], llAddr: srcAddr + uint64(lo),
+					llBuf:  make([]byte, llMax),
+					llAcks: acks[ackBytes:], llAckSrc: src[2*ackBytes : lo], llAckAddr: srcAddr + uint64(2*ackBytes),
 					ackBatch: uint64(max(1, S/2)),
 				}
 				pr.ch = append(pr.ch, chn)
@@ -389,6 +420,7 @@ func (c *Comm) setup(ctx context.Context) error {
 			e.u32(ep.fifo.RKey())
 			e.u64(addrOf(ch.acks))
 			e.u32(ep.acks.RKey())
+			e.u64(addrOf(ch.llAcks))
 		}
 		blobs[p] = e
 	}
@@ -426,7 +458,7 @@ func (c *Comm) setup(ctx context.Context) error {
 		for _, ch := range pr.ch {
 			qpn, psn, addr := d.u32(), d.u32(), d.bytes()
 			ch.remFlags, ch.remLL, ch.remSlots, ch.remKey = d.u64(), d.u64(), d.u64(), d.u32()
-			ch.remAcks, ch.remAckK = d.u64(), d.u32()
+			ch.remAcks, ch.remAckK, ch.remLLAcks = d.u64(), d.u32(), d.u64()
 			if d.err != nil {
 				return fmt.Errorf("malformed connection data from rank %d", p)
 			}

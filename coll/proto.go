@@ -29,12 +29,23 @@ package coll
 //
 // Small messages on synchronous endpoints (shm, where a write is a copy
 // done by PostSend) use the LL format instead, as NCCL's LL protocol: one
-// write into LL slot k mod Slots of a header word (flag(k) | signature)
-// and one word per 4 data bytes (flag(k) | data). Each aligned 8-byte word
+// write into LL slot j mod llSlots of a header word (flag(j) | signature)
+// and one word per 4 data bytes (flag(j) | data). Each aligned 8-byte word
 // is stored whole, so a word showing the expected flag holds its data:
 // one write, one cache line or two, no separate flag to fetch. LL slots
-// only ever hold LL words, so a stale word carries an older flag. Credits
-// work as above.
+// only ever hold LL words, so a stale word carries an older flag.
+//
+// LL messages are a stream of their own on the channel: j counts the LL
+// messages, k the others, and each has its own ring and credits (the LL
+// credit words, written back every llBatch LL messages). The LL ring is
+// deep (llSlots) because its slots are small: a run of small collectives
+// returns a credit once every llBatch calls and never waits for one, and
+// the chunk slots cost no more memory for it. Both ends take the messages
+// of a channel in the same order, so each knows which stream the next one
+// comes on (by its size). A wait that sees the other stream's next
+// message arrive while its own has not is a mismatch (the peer sent a
+// message of another size), after a second look at its own: in matching
+// calls the awaited message was posted first, so it shows by then.
 //
 // Work requests: writes to synchronous endpoints (CapWriteOnPost: shm) are
 // complete when PostSend returns and are not signaled (errors still
@@ -184,7 +195,8 @@ func (c *Comm) settle() {
 // settleWait bounds settle.
 const settleWait = 5 * time.Second
 
-// reserve waits for the credit to send the channel's next message.
+// reserve waits for the credit to send the channel's next message in
+// chunk slots; an LL message takes its own credit (reserveLL, in postLL).
 func (c *Comm) reserve(ch *channel) error {
 	k := ch.sk
 	if k < ch.slots {
@@ -195,7 +207,21 @@ func (c *Comm) reserve(ch *channel) error {
 	if sys.Load64(ch.acks, off) == want {
 		return nil
 	}
-	return c.waitWord(ch.acks, off, want, ch, false, nil, 0)
+	return c.waitWord(ch.acks, off, want, ch, false, nil, 0, 0)
+}
+
+// reserveLL waits for the credit to send the channel's next LL message.
+func (c *Comm) reserveLL(ch *channel) error {
+	j := ch.llSk
+	if j < llSlots {
+		return nil
+	}
+	off := int(j%llSlots) * wordSize
+	want := j + 1 - llSlots
+	if sys.Load64(ch.llAcks, off) == want {
+		return nil
+	}
+	return c.waitWord(ch.llAcks, off, want, ch, false, nil, 0, 0)
 }
 
 // stage returns the staging chunk for the channel's next message (made on
@@ -321,11 +347,15 @@ func (c *Comm) postTail(ch *channel, src []byte, sr srcRef) error {
 // tailOff is the offset in ch.fifo of slot's tail flag.
 func (ch *channel) tailOff(slot int) int { return slot*ch.stride + ch.chunk }
 
-// postLL packs src into LL words and writes them in one go.
+// postLL packs src into LL words and writes them in one go, as the
+// channel's next LL message.
 func (c *Comm) postLL(ch *channel, src []byte) error {
+	if err := c.reserveLL(ch); err != nil {
+		return err
+	}
 	q := ch.q
-	k := ch.sk
-	f := uint64(flagOf(k))
+	j := ch.llSk
+	f := uint64(flagOf(j))
 	w := ch.llSrc
 	putWord(w, f|uint64(c.op.sig)<<32)
 	n := 1
@@ -344,7 +374,7 @@ func (c *Comm) postLL(ch *channel, src []byte) error {
 	size := n * wordSize
 	ch.llSGE[0] = verbs.SGE{Addr: ch.llAddr, Length: uint32(size), LKey: ch.srcKey}
 	ch.llWR[0] = verbs.SendWR{ID: wrID(q, q.posted+1), Opcode: verbs.OpWrite, SGL: ch.llSGE[:],
-		RemoteAddr: ch.remLL + (k%ch.slots)*llSlot, RKey: ch.remKey}
+		RemoteAddr: ch.remLL + (j%llSlots)*llStride, RKey: ch.remKey}
 	if size <= ch.inline {
 		ch.llWR[0].Flags = verbs.SendInline
 	}
@@ -353,7 +383,7 @@ func (c *Comm) postLL(ch *channel, src []byte) error {
 	}
 	q.posted++
 	q.completed = q.posted // synchronous endpoint
-	ch.sk++
+	ch.llSk++
 	return nil
 }
 
@@ -412,21 +442,25 @@ func (c *Comm) recv(ch *channel, n int) ([]byte, error) {
 	k := ch.rk
 	slot := int(k % ch.slots)
 	if c.useLL(ch, n) {
-		return c.recvLL(ch, slot, n)
+		ch.pendLL = true
+		return c.recvLL(ch, n)
 	}
+	ch.pendLL = false
 	want := uint64(flagOf(k)) | uint64(c.op.sig)<<32
 	if ch.q.ep.sync {
 		// One write: the data ends at the tail flag (postTail).
 		t := ch.tailOff(slot)
 		if sys.Load64(ch.fifo, t) != want {
-			if err := c.waitWord(ch.fifo, t, want, ch, true, ch.ll[slot*llSlot:], 0); err != nil {
+			// The peer's next LL message in its place: another size.
+			j := ch.llRk
+			if err := c.waitWord(ch.fifo, t, want, ch, true, ch.ll, int(j%llSlots)*llStride, flagOf(j)); err != nil {
 				return nil, err
 			}
 		}
 		return ch.fifo[t-n : t], nil
 	}
 	if sys.Load64(ch.flags, slot*wordSize) != want {
-		if err := c.waitWord(ch.flags, slot*wordSize, want, ch, true, nil, 0); err != nil {
+		if err := c.waitWord(ch.flags, slot*wordSize, want, ch, true, nil, 0, 0); err != nil {
 			return nil, err
 		}
 	}
@@ -434,14 +468,17 @@ func (c *Comm) recv(ch *channel, n int) ([]byte, error) {
 	return ch.fifo[o : o+n], nil
 }
 
-// recvLL waits for an LL message and unpacks it into ch.llBuf.
-func (c *Comm) recvLL(ch *channel, slot, n int) ([]byte, error) {
-	f := flagOf(ch.rk)
-	w := ch.ll[slot*llSlot : (slot+1)*llSlot]
+// recvLL waits for the channel's next LL message and unpacks it into
+// ch.llBuf.
+func (c *Comm) recvLL(ch *channel, n int) ([]byte, error) {
+	f := flagOf(ch.llRk)
+	at := int(ch.llRk%llSlots) * llStride
+	w := ch.ll[at : at+llSlot]
 	if want := uint64(f) | uint64(c.op.sig)<<32; sys.Load64(w, 0) != want {
-		// A message of another size would show at the tail flag (LL
-		// is used on write-on-post endpoints only).
-		if err := c.waitWord(w, 0, want, ch, true, ch.fifo, ch.tailOff(slot)); err != nil {
+		// A message of another size would show at the tail flag of the
+		// next chunk slot (LL is used on write-on-post endpoints only).
+		k := ch.rk
+		if err := c.waitWord(w, 0, want, ch, true, ch.fifo, ch.tailOff(int(k%ch.slots)), flagOf(k)); err != nil {
 			return nil, err
 		}
 	}
@@ -511,31 +548,48 @@ func (c *Comm) waitLow(mem []byte, off int, f uint32, peer int) error {
 	return nil
 }
 
-// release consumes the channel's current message and, every ackBatch
-// messages, returns the credits.
+// release consumes the channel's current message (the one recv returned)
+// and, every ackBatch messages (llBatch LL messages), returns the
+// credits.
 func (c *Comm) release(ch *channel) error {
+	if ch.pendLL {
+		ch.pendLL = false
+		ch.llRk++
+		if ch.llRk-ch.llAcked < llBatch {
+			return nil
+		}
+		err := c.ack(ch, ch.llAcked, ch.llRk, llSlots, ch.llAckSrc, ch.llAckAddr, ch.remLLAcks)
+		if err == nil {
+			ch.llAcked = ch.llRk
+		}
+		return err
+	}
 	ch.rk++
 	if ch.rk-ch.acked < ch.ackBatch {
 		return nil
 	}
-	return c.ack(ch)
+	err := c.ack(ch, ch.acked, ch.rk, ch.slots, ch.ackSrc, ch.ackAddr, ch.remAcks)
+	if err == nil {
+		ch.acked = ch.rk
+	}
+	return err
 }
 
-// ack writes the credit words of messages [acked, rk) into the sender.
-func (c *Comm) ack(ch *channel) error {
-	from, to := ch.acked, ch.rk
+// ack writes the credit words of messages [from, to) of a ring of slots
+// into the sender: from src (registered at srcAddr) to its words at rem.
+func (c *Comm) ack(ch *channel, from, to, slots uint64, src []byte, srcAddr, rem uint64) error {
 	for i := from; i < to; i++ {
-		putWord(ch.ackSrc[(i%ch.slots)*wordSize:], i+1)
+		putWord(src[(i%slots)*wordSize:], i+1)
 	}
 	q := ch.q
 	wrs := ch.wr[:0]
 	for i := from; i < to; {
-		s := i % ch.slots
-		m := min(to-i, ch.slots-s) // contiguous run of slots
+		s := i % slots
+		m := min(to-i, slots-s) // contiguous run of slots
 		j := len(wrs)
-		ch.sge[j] = verbs.SGE{Addr: ch.ackAddr + s*wordSize, Length: uint32(m * wordSize), LKey: ch.srcKey}
+		ch.sge[j] = verbs.SGE{Addr: srcAddr + s*wordSize, Length: uint32(m * wordSize), LKey: ch.srcKey}
 		w := verbs.SendWR{ID: wrID(q, q.posted+uint64(j)+1), Opcode: verbs.OpWrite, SGL: ch.sge[j : j+1],
-			RemoteAddr: ch.remAcks + s*wordSize, RKey: ch.remAckK}
+			RemoteAddr: rem + s*wordSize, RKey: ch.remAckK}
 		if int(m*wordSize) <= ch.inline {
 			w.Flags = verbs.SendInline
 		}
@@ -556,7 +610,6 @@ func (c *Comm) ack(ch *channel) error {
 	if q.ep.sync {
 		q.completed = q.posted
 	}
-	ch.acked = to
 	return nil
 }
 
@@ -592,12 +645,13 @@ const (
 
 // waitWord spins until the word at off of mem equals want. Flags whose
 // counter half matches but signature half does not are a mismatch, and so
-// is the message's counter showing up at alt[altOff:], the flag of the
-// other format (LL or not): the sender's message has another size. It
+// is altWant showing up in the low half of alt[altOff:], the next flag of
+// the other stream (LL or not), while want still does not: the sender's
+// message has another size. It
 // gives up on the communicator's failure, the peer's departure, the
 // context's end or the timeout, and backs off from spinning to yielding
 // the CPU when the wait is long.
-func (c *Comm) waitWord(mem []byte, off int, want uint64, ch *channel, flag bool, alt []byte, altOff int) error {
+func (c *Comm) waitWord(mem []byte, off int, want uint64, ch *channel, flag bool, alt []byte, altOff int, altWant uint32) error {
 	if ch.q.ep.sleepWait {
 		return c.waitWordPolling(mem, off, want, ch, flag)
 	}
@@ -633,7 +687,7 @@ func (c *Comm) waitWord(mem []byte, off int, want uint64, ch *channel, flag bool
 			}
 			return c.stop(err, peer)
 		}
-		if alt != nil && uint32(sys.Load64(alt, altOff)) == uint32(want) {
+		if alt != nil && uint32(sys.Load64(alt, altOff)) == altWant && sys.Load64(mem, off) != want {
 			return c.fail(fmt.Errorf("%w: rank %d in %s: rank %d sent a message of another size",
 				ErrMismatch, c.rank, c.op.desc(), peer), true)
 		}
