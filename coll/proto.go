@@ -312,37 +312,59 @@ func (c *Comm) post(ch *channel, src []byte, sr srcRef) error {
 	return nil
 }
 
-// postTail sends the channel's next message on a write-on-post endpoint
-// in one write of two segments: src, ending right where the slot's tail
-// flag is, then the flag word (already in flagSrc). The endpoint copies
-// the segments in order when posting, so the flag lands after the data,
-// as with two writes, for one work request instead of two.
+// postTail sends the channel's next message on a write-on-post endpoint:
+// src, ending right where the slot's tail flag is, then the flag word
+// (already in flagSrc). The endpoint copies in order when posting, so the
+// flag lands after the data. Where stores become visible in program order
+// (storesInOrder) the two are two work requests of one PostSend, each of
+// one segment, which the endpoint executes on its direct path; elsewhere
+// one work request of two segments, whose copies the endpoint separates
+// with the atomic operations of its key checks. The flag comes from src's
+// own region when it has a spare word there (srcRef.flag), so that both
+// resolve one local key.
 func (c *Comm) postTail(ch *channel, src []byte, sr srcRef) error {
 	q := ch.q
 	slot := ch.sk % ch.slots
-	sgl := ch.sge[:0]
 	flag := verbs.SGE{Addr: ch.flagAddr + slot*wordSize, Length: wordSize, LKey: ch.srcKey}
-	if len(src) > 0 {
-		sgl = append(sgl, verbs.SGE{Addr: uint64(sys.Addr(src)), Length: uint32(len(src)), LKey: sr.lkey})
-		if sr.flag != nil {
-			// The flag from src's own region: copied while posting, so
-			// the word is free again when PostSend returns.
-			copy(sr.flag, ch.flagSrc[slot*wordSize:(slot+1)*wordSize])
-			flag = verbs.SGE{Addr: uint64(sys.Addr(sr.flag)), Length: wordSize, LKey: sr.lkey}
-		}
+	if len(src) > 0 && sr.flag != nil {
+		// Copied while posting, so the word is free again when PostSend
+		// returns.
+		copy(sr.flag, ch.flagSrc[slot*wordSize:(slot+1)*wordSize])
+		flag = verbs.SGE{Addr: uint64(sys.Addr(sr.flag)), Length: wordSize, LKey: sr.lkey}
 	}
-	sgl = append(sgl, flag)
 	tail := ch.remSlots + slot*uint64(ch.stride) + uint64(ch.chunk)
-	ch.wr[0] = verbs.SendWR{ID: wrID(q, q.posted+1), Opcode: verbs.OpWrite, SGL: sgl,
-		RemoteAddr: tail - uint64(len(src)), RKey: ch.remKey}
-	if err := q.qp.PostSend(ch.wr[:1]); err != nil {
+	wrs := ch.wr[:0]
+	switch {
+	case len(src) == 0:
+		ch.sge[0] = flag
+		wrs = append(wrs, verbs.SendWR{ID: wrID(q, q.posted+1), Opcode: verbs.OpWrite, SGL: ch.sge[:1], RemoteAddr: tail, RKey: ch.remKey})
+	case storesInOrder:
+		ch.sge[0] = verbs.SGE{Addr: uint64(sys.Addr(src)), Length: uint32(len(src)), LKey: sr.lkey}
+		ch.sge[1] = flag
+		wrs = append(wrs,
+			verbs.SendWR{ID: wrID(q, q.posted+1), Opcode: verbs.OpWrite, SGL: ch.sge[:1], RemoteAddr: tail - uint64(len(src)), RKey: ch.remKey},
+			verbs.SendWR{ID: wrID(q, q.posted+2), Opcode: verbs.OpWrite, SGL: ch.sge[1:2], RemoteAddr: tail, RKey: ch.remKey})
+	default:
+		ch.sge[0] = verbs.SGE{Addr: uint64(sys.Addr(src)), Length: uint32(len(src)), LKey: sr.lkey}
+		ch.sge[1] = flag
+		wrs = append(wrs, verbs.SendWR{ID: wrID(q, q.posted+1), Opcode: verbs.OpWrite, SGL: ch.sge[:2],
+			RemoteAddr: tail - uint64(len(src)), RKey: ch.remKey})
+	}
+	if err := q.qp.PostSend(wrs); err != nil {
 		return c.fail(fmt.Errorf("%w: rank %d: posting to rank %d: %v", ErrAborted, c.rank, ch.peer, err), true)
 	}
-	q.posted++
+	q.posted += uint64(len(wrs))
 	q.completed = q.posted
 	ch.sk++
 	return nil
 }
+
+// storesInOrder: this CPU makes plain stores (and string copies, as a
+// whole) visible to other cores in program order (x86's total store
+// order), so a write-on-post endpoint that copies one work request after
+// another needs nothing between them for the second to land after the
+// first.
+const storesInOrder = runtime.GOARCH == "amd64" || runtime.GOARCH == "386"
 
 // tailOff is the offset in ch.fifo of slot's tail flag.
 func (ch *channel) tailOff(slot int) int { return slot*ch.stride + ch.chunk }
