@@ -11,7 +11,8 @@ package coll
 // Deadlock freedom: a piece (at most one chunk) goes to every peer before
 // any is received, over the channel the piece number picks, so a rank is
 // at most one piece ahead of any peer: two unconsumed messages per
-// channel, within the Slots-ackBatch+1 a sender may run ahead.
+// channel, within the Slots-ackBatch+1 a sender may run ahead (in each
+// lane: the LL and small-message rings allow more, proto.go).
 //
 // Reductions fold the ranks' values in rank order (x₀ ⊕ x₁ ⊕ … ⊕ xₙ₋₁) on
 // every rank, so that AllReduce leaves the same bits everywhere, as the

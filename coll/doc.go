@@ -90,10 +90,17 @@
 // Writes to a device with CapWriteOnPost (shm) are done when posted, so
 // small messages travel in the LL format (data and flags in one write;
 // RDMAKIT_COLL_PROTO=Simple or NCCL_PROTO=Simple turns it off) and the
-// others are one write too (the data, then its flag word, two segments);
-// on other devices the flag write follows the data on the same QP and
-// completions are reaped to free the send queue. Writes up to the QP's
-// inline limit are posted inline.
+// others are one PostSend too (the data, then its flag word); on other
+// devices the flag write follows the data on the same QP and completions
+// are reaped to free the send queue. Writes up to the QP's inline limit
+// are posted inline.
+//
+// On shm each channel has, beside its chunk slots, two deep rings of small
+// slots with credits of their own: 64 LL slots (messages of up to 128
+// bytes) and 32 slots of 4 KiB (larger messages smaller than a chunk).
+// Small collectives called back to back then return a credit every 32 or
+// 16 messages instead of every Slots/2, and never wait for one, for about
+// 150 KiB per channel (RDMAKIT_COLL_SLOTS sizes the chunk slots only).
 //
 // Collectives run in the calling goroutine and allocate nothing per call
 // once warm. They wait for shm and RDMA peers by spinning (yielding the
@@ -140,7 +147,7 @@
 //	RDMAKIT_COLL_GID_INDEX       RoCE GID index | auto (NCCL_IB_GID_INDEX is read too)
 //	RDMAKIT_COLL_CHANNELS        QPs per peer (default 2, 1 with tcp; else NCCL_SOCKET_NTHREADS × NCCL_NSOCKS_PERTHREAD)
 //	RDMAKIT_COLL_CHUNK           pipeline chunk bytes (default 256K, 64K with tcp)
-//	RDMAKIT_COLL_SLOTS           FIFO depth in chunks (default 8)
+//	RDMAKIT_COLL_SLOTS           FIFO depth in chunks (default 8; shm's small-message rings are apart)
 //	RDMAKIT_COLL_SPIN            how long a wait spins before yielding (default 10µs; 0 oversubscribed)
 //	RDMAKIT_COLL_BIND            core: pin the k-th rank of a host to the k-th CPU | none (default)
 //

@@ -103,26 +103,10 @@ func TestMismatch(t *testing.T) {
 	if mismatch == 0 {
 		t.Error("nobody reported ErrMismatch")
 	}
-	// Sizes on either side of the small-message format: LL against a flag.
-	mismatch = 0
-	start := time.Now()
-	errs = runRanks(t, 2, Options{Timeout: 20 * time.Second, Transport: "shm"}, func(c *Comm) error {
-		n := []int{16, 1000}[c.Rank()]
-		buf, _ := c.Alloc(4 * n)
-		err := c.AllReduce(context.Background(), buf, buf, Float32, Sum)
-		if errors.Is(err, ErrMismatch) {
-			mu.Lock()
-			mismatch++
-			mu.Unlock()
-		}
-		if err == nil {
-			t.Errorf("rank %d: no error", c.Rank())
-		}
-		return nil
-	})
-	noErrors(t, errs)
-	if mismatch == 0 || time.Since(start) > 10*time.Second {
-		t.Errorf("LL/flag size mismatch: %d ErrMismatch, after %v", mismatch, time.Since(start))
+	// Sizes of different lanes (proto.go): LL against the small-message
+	// ring, and that against the chunk slots.
+	for _, sizes := range [][2]int{{16, 1000}, {1000, 5000}} {
+		testLaneMismatch(t, sizes)
 	}
 	// Different collectives entirely.
 	errs = runRanks(t, 2, Options{Timeout: 5 * time.Second}, func(c *Comm) error {
@@ -327,4 +311,31 @@ func direct(c *Comm, f func() error) error {
 	c.opts.Algorithm = AlgoDirect
 	defer func() { c.opts.Algorithm = AlgoAuto }()
 	return f()
+}
+
+// testLaneMismatch: an AllReduce of sizes[0] float32 on rank 0 and of
+// sizes[1] on rank 1 fails with ErrMismatch, quickly.
+func testLaneMismatch(t *testing.T, sizes [2]int) {
+	t.Helper()
+	var mu sync.Mutex
+	mismatch := 0
+	start := time.Now()
+	errs := runRanks(t, 2, Options{Timeout: 20 * time.Second, Transport: "shm"}, func(c *Comm) error {
+		n := sizes[c.Rank()]
+		buf, _ := c.Alloc(4 * n)
+		err := c.AllReduce(context.Background(), buf, buf, Float32, Sum)
+		if errors.Is(err, ErrMismatch) {
+			mu.Lock()
+			mismatch++
+			mu.Unlock()
+		}
+		if err == nil {
+			t.Errorf("rank %d: no error", c.Rank())
+		}
+		return nil
+	})
+	noErrors(t, errs)
+	if mismatch == 0 || time.Since(start) > 10*time.Second {
+		t.Errorf("sizes %v: %d ErrMismatch, after %v", sizes, mismatch, time.Since(start))
+	}
 }

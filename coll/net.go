@@ -6,19 +6,25 @@ package coll
 //
 // Memory of an endpoint, all from its arena:
 //
-//	fifo  per (peer, channel): Slots flag words (padded to a page), Slots
-//	      LL slots (padded to a page), then Slots chunks, each followed by
+//	fifo  per (peer, channel): Slots flag words (padded to a page); on
+//	      write-on-post devices llSlots LL slots and midSlots small-message
+//	      slots (each padded to a page); then Slots chunks, each followed by
 //	      slotTail bytes whose first word is the chunk's tail flag. The
 //	      peer writes data into a chunk, then the flag (the flag word, or on
 //	      write-on-post devices the data ending at the tail flag and the
 //	      flag in one write); or a small message, flags interleaved, into an
-//	      LL slot (see proto.go).
-//	acks  per (peer, channel): Slots words. The peer writes, for each
-//	      message of ours it consumed, its number+1 into the word of its
-//	      slot: our credit to reuse the slot.
+//	      LL slot, or one smaller than a chunk into a small-message slot,
+//	      ending at its tail flag (see proto.go).
+//	acks  per (peer, channel): Slots words (padded to 64 bytes), then
+//	      llSlots and midSlots words (write-on-post devices). The peer
+//	      writes, for each message of ours it consumed, its number+1 into
+//	      the word of its slot: our credit to reuse the slot (LL and small
+//	      messages count apart, each in its array).
 //	src   per (peer, channel): Slots words for outgoing flag values
-//	      (padded to 64 bytes), Slots words for outgoing acks, and an LL
-//	      slot where small messages are packed before they are written.
+//	      (padded to 64 bytes), Slots words for outgoing acks (padded),
+//	      llSlots and midSlots words for outgoing acks of the other rings,
+//	      and an LL slot where small messages are packed before they are
+//	      written.
 //	      A flag or ack word of a slot is rewritten only once the peer has
 //	      seen the previous one of that slot, so writes from here need not
 //	      be inline (devices with little inline room: siw).
@@ -47,6 +53,36 @@ const (
 	// per 4 data bytes.
 	llMax  = 128
 	llSlot = (1 + llMax/4) * wordSize
+	// llStride is the distance between two LL slots, a whole number of
+	// cache lines: a message of up to 28 bytes (header and 7 words) then
+	// always lies in one line.
+	llStride = (llSlot + 63) &^ 63
+	// llSlots is the depth of the LL ring of a channel, and llBatch how
+	// many LL messages the receiver consumes before it returns their
+	// credits: LL messages have credits of their own, apart from the
+	// chunk slots (proto.go), so that back-to-back small collectives
+	// return a credit once per llBatch calls instead of every Slots/2,
+	// for 20 KiB per channel instead of Slots chunks.
+	llSlots = 64
+	// midMax is the largest message of the small-message ring (on
+	// write-on-post endpoints, messages over llMax and smaller than a
+	// chunk), midSlots its depth: like the LL ring, a ring with credits of
+	// its own, so that small collectives return a credit every
+	// midSlots/2 messages for 130 KiB per channel.
+	midMax    = 4096
+	midSlots  = 32
+	midStride = midMax + slotTail
+)
+
+// Lanes: the rings of a channel besides its chunk slots (laneMain).
+type laneID int8
+
+const (
+	laneNone laneID = iota - 2 // (waitWord: not a message)
+	laneMain
+	laneLL
+	laneMid
+	nLanes
 	// slotTail follows each FIFO chunk: the tail flag word, padded to a
 	// cache line.
 	slotTail = 64
@@ -121,13 +157,17 @@ type channel struct {
 	wr       [2]verbs.SendWR
 	sge      [2]verbs.SGE
 
-	ll     []byte // LL slots (receiving)
-	remLL  uint64 // the peer's LL slots
-	llSrc  []byte // packing area (sending)
+	// The LL and small-message rings (write-on-post endpoints only).
+	lanes  [nLanes]lane
+	llSrc  []byte // LL packing area (sending)
 	llAddr uint64
 	llBuf  []byte // unpacked LL message (receiving)
 	llWR   [1]verbs.SendWR
 	llSGE  [1]verbs.SGE
+	// pend is the lane of the message recv returned, which release
+	// consumes (at most one message per channel is received and not yet
+	// released).
+	pend laneID
 
 	// Receiving from the peer.
 	rk       uint64 // messages consumed
@@ -139,6 +179,22 @@ type channel struct {
 	ackSrc   []byte // Slots words
 	ackAddr  uint64
 	ackBatch uint64
+}
+
+// lane is a ring of slots of a channel with its own message counters and
+// credits, beside the chunk slots (whose counters are the channel's).
+type lane struct {
+	slots   uint64
+	stride  int    // from one slot to the next
+	rx      []byte // the slots (receiving)
+	remRx   uint64 // the peer's
+	sk      uint64 // messages sent
+	acks    []byte // credits the peer writes here
+	rk      uint64 // messages consumed
+	acked   uint64 // ... and acknowledged to the peer
+	ackSrc  []byte // a word per slot: outgoing credits
+	ackAddr uint64
+	remAcks uint64
 }
 
 // tcpBusyPoll is the TCPBusyPoll of coll's tcp contexts: on (any
@@ -269,14 +325,25 @@ func (c *Comm) setup(ctx context.Context) error {
 	}
 	C, S, chunk := c.opts.Channels, c.opts.Slots, c.opts.ChunkSize
 	flagBytes := (S*wordSize + 4095) &^ 4095
-	llBytes := (S*llSlot + 4095) &^ 4095
-	fifoBytes := flagBytes + llBytes + S*(chunk+slotTail)
 	ackBytes := (S*wordSize + 63) &^ 63
-	srcBytes := 2*ackBytes + llSlot
 	psns := map[*qpState]uint32{}
 	for i, d := range devs {
 		ps := byDev[d.Device]
 		ep := &endpoint{idx: i, dev: d.Device, off: d, sync: d.Caps.Has(verbs.CapWriteOnPost)}
+		laneSlots, laneStride := [nLanes]int{llSlots, midSlots}, [nLanes]int{llStride, midStride}
+		if !ep.sync {
+			laneSlots = [nLanes]int{} // LL and small-message rings: write-on-post only
+		}
+		var laneOff [nLanes]int
+		laneBytes, laneAcks := 0, 0
+		for l := range laneSlots {
+			laneOff[l] = laneBytes
+			laneBytes += (laneSlots[l]*laneStride[l] + 4095) &^ 4095
+			laneAcks += laneSlots[l] * wordSize
+		}
+		fifoBytes := flagBytes + laneBytes + S*(chunk+slotTail)
+		acksBytes := ackBytes + laneAcks
+		srcBytes := 2*ackBytes + laneAcks + llStride
 		ep.sleepWait = !ep.sync && d.Transport != rdmaTransport
 		c.eps = append(c.eps, ep)
 		var err error
@@ -310,7 +377,7 @@ func (c *Comm) setup(ctx context.Context) error {
 		if ep.fifo, err = ep.pd.AllocMR(nq*fifoBytes, rw); err != nil {
 			return err
 		}
-		if ep.acks, err = ep.pd.AllocMR(nq*ackBytes, rw); err != nil {
+		if ep.acks, err = ep.pd.AllocMR(nq*acksBytes, rw); err != nil {
 			return err
 		}
 		if ep.src, err = ep.pd.AllocMR(nq*srcBytes, verbs.AccessLocalWrite); err != nil {
@@ -351,16 +418,28 @@ func (c *Comm) setup(ctx context.Context) error {
 				fifo := ep.fifo.Bytes()[k*fifoBytes : (k+1)*fifoBytes]
 				src := ep.src.Bytes()[k*srcBytes : (k+1)*srcBytes]
 				srcAddr := ep.src.Addr() + uint64(k*srcBytes)
+				acks := ep.acks.Bytes()[k*acksBytes : (k+1)*acksBytes]
+				lo := 2*ackBytes + laneAcks // the LL packing area in src
 				chn := &channel{
 					q: q, peer: p, slots: uint64(S), chunk: chunk, stride: chunk + slotTail,
 					inline:  min(maxInline, qp.Cap().MaxInlineData),
-					acks:    ep.acks.Bytes()[k*ackBytes : k*ackBytes+S*wordSize],
+					acks:    acks[:S*wordSize],
 					flagSrc: src[:S*wordSize], flagAddr: srcAddr, srcKey: ep.src.LKey(),
-					flags: fifo[:S*wordSize], ll: fifo[flagBytes : flagBytes+S*llSlot], fifo: fifo[flagBytes+llBytes:],
+					flags: fifo[:S*wordSize], fifo: fifo[flagBytes+laneBytes:],
 					ackSrc: src[ackBytes : ackBytes+S*wordSize], ackAddr: srcAddr + uint64(ackBytes),
-					llSrc: src[2*ackBytes : 2*ackBytes+llSlot], llAddr: srcAddr + uint64(2*ackBytes),
+					llSrc: src[lo : lo+llSlot], llAddr: srcAddr + uint64(lo),
 					llBuf:    make([]byte, llMax),
 					ackBatch: uint64(max(1, S/2)),
+					pend:     laneMain,
+				}
+				ao := 0 // the lanes' credit words, in acks after ackBytes and in src after 2*ackBytes
+				for l := range chn.lanes {
+					n := laneSlots[l]
+					rx := fifo[flagBytes+laneOff[l]:][:n*laneStride[l]]
+					chn.lanes[l] = lane{slots: uint64(n), stride: laneStride[l], rx: rx,
+						acks:   acks[ackBytes+ao:][:n*wordSize],
+						ackSrc: src[2*ackBytes+ao:][:n*wordSize], ackAddr: srcAddr + uint64(2*ackBytes+ao)}
+					ao += n * wordSize
 				}
 				pr.ch = append(pr.ch, chn)
 			}
@@ -384,11 +463,14 @@ func (c *Comm) setup(ctx context.Context) error {
 			e.u32(psns[ch.q])
 			e.bytes(ch.q.qp.Address())
 			e.u64(addrOf(ch.flags))
-			e.u64(addrOf(ch.ll))
 			e.u64(addrOf(ch.fifo))
 			e.u32(ep.fifo.RKey())
 			e.u64(addrOf(ch.acks))
 			e.u32(ep.acks.RKey())
+			for l := range ch.lanes {
+				e.u64(addrOf(ch.lanes[l].rx))
+				e.u64(addrOf(ch.lanes[l].acks))
+			}
 		}
 		blobs[p] = e
 	}
@@ -425,8 +507,11 @@ func (c *Comm) setup(ctx context.Context) error {
 		}
 		for _, ch := range pr.ch {
 			qpn, psn, addr := d.u32(), d.u32(), d.bytes()
-			ch.remFlags, ch.remLL, ch.remSlots, ch.remKey = d.u64(), d.u64(), d.u64(), d.u32()
+			ch.remFlags, ch.remSlots, ch.remKey = d.u64(), d.u64(), d.u32()
 			ch.remAcks, ch.remAckK = d.u64(), d.u32()
+			for l := range ch.lanes {
+				ch.lanes[l].remRx, ch.lanes[l].remAcks = d.u64(), d.u64()
+			}
 			if d.err != nil {
 				return fmt.Errorf("malformed connection data from rank %d", p)
 			}

@@ -29,12 +29,27 @@ package coll
 //
 // Small messages on synchronous endpoints (shm, where a write is a copy
 // done by PostSend) use the LL format instead, as NCCL's LL protocol: one
-// write into LL slot k mod Slots of a header word (flag(k) | signature)
-// and one word per 4 data bytes (flag(k) | data). Each aligned 8-byte word
+// write into LL slot j mod llSlots of a header word (flag(j) | signature)
+// and one word per 4 data bytes (flag(j) | data). Each aligned 8-byte word
 // is stored whole, so a word showing the expected flag holds its data:
 // one write, one cache line or two, no separate flag to fetch. LL slots
-// only ever hold LL words, so a stale word carries an older flag. Credits
-// work as above.
+// only ever hold LL words, so a stale word carries an older flag.
+//
+// Lanes. On synchronous endpoints a channel has two more rings of slots
+// beside its chunk slots, each with its own message counter and credits
+// (its own credit words, written back every half ring): the LL ring
+// (llSlots slots) for messages of up to llMax bytes, and the small-message
+// ring (midSlots slots of midMax bytes and a tail flag, written as in the
+// chunk slots) for larger ones smaller than a chunk. Their slots are
+// small, so the rings are deep for little memory: a run of small
+// collectives returns a credit every llSlots/2 or midSlots/2 calls and
+// never waits for one, where the chunk slots would return one every
+// Slots/2. A message's lane follows from its size (laneOf), so both ends
+// agree; each lane counts its own messages (k below is that count). A
+// wait that sees another lane's next message arrive while its own has not
+// is a mismatch (the peer sent a message of another size), after a second
+// look at its own: in matching calls the awaited message was posted
+// first, so it shows by then.
 //
 // Work requests: writes to synchronous endpoints (CapWriteOnPost: shm) are
 // complete when PostSend returns and are not signaled (errors still
@@ -184,7 +199,9 @@ func (c *Comm) settle() {
 // settleWait bounds settle.
 const settleWait = 5 * time.Second
 
-// reserve waits for the credit to send the channel's next message.
+// reserve waits for the credit to send the channel's next message in
+// chunk slots; a message of another lane takes its own credit
+// (reserveLane, when posted).
 func (c *Comm) reserve(ch *channel) error {
 	k := ch.sk
 	if k < ch.slots {
@@ -195,7 +212,21 @@ func (c *Comm) reserve(ch *channel) error {
 	if sys.Load64(ch.acks, off) == want {
 		return nil
 	}
-	return c.waitWord(ch.acks, off, want, ch, false, nil, 0)
+	return c.waitWord(ch.acks, off, want, ch, laneNone)
+}
+
+// reserveLane waits for the credit to send the next message of lane l.
+func (c *Comm) reserveLane(ch *channel, l *lane) error {
+	k := l.sk
+	if k < l.slots {
+		return nil
+	}
+	off := int(k%l.slots) * wordSize
+	want := k + 1 - l.slots
+	if sys.Load64(l.acks, off) == want {
+		return nil
+	}
+	return c.waitWord(l.acks, off, want, ch, laneNone)
 }
 
 // stage returns the staging chunk for the channel's next message (made on
@@ -218,10 +249,18 @@ func (c *Comm) stage(ch *channel) ([]byte, srcRef, error) {
 // flagOf is message k's flag counter: never 0 (fresh memory).
 func flagOf(k uint64) uint32 { return uint32(k%0xffffffff) + 1 }
 
-// useLL says whether an n-byte message on ch travels in LL format; both
-// ends decide alike (Options.Protocol is the same on every rank).
-func (c *Comm) useLL(ch *channel, n int) bool {
-	return n <= llMax && ch.q.ep.sync && c.opts.Protocol != ProtoSimple
+// laneOf is the lane of an n-byte message on ch; both ends decide alike
+// (Options.Protocol and ChunkSize are the same on every rank).
+func (c *Comm) laneOf(ch *channel, n int) laneID {
+	switch {
+	case !ch.q.ep.sync:
+		return laneMain
+	case n <= llMax && c.opts.Protocol != ProtoSimple:
+		return laneLL
+	case n <= midMax && n < ch.chunk:
+		return laneMid
+	}
+	return laneMain
 }
 
 // srcRef names the memory a message comes from: its local key at the
@@ -242,13 +281,29 @@ func (c *Comm) post(ch *channel, src []byte, sr srcRef) error {
 	q := ch.q
 	k := ch.sk
 	slot := k % ch.slots
-	if c.useLL(ch, len(src)) {
+	switch c.laneOf(ch, len(src)) {
+	case laneLL:
 		return c.postLL(ch, src)
+	case laneMid:
+		l := &ch.lanes[laneMid]
+		if err := c.reserveLane(ch, l); err != nil {
+			return err
+		}
+		tail := l.remRx + (l.sk%l.slots)*uint64(l.stride) + midMax
+		if err := c.postTail(ch, src, sr, uint64(flagOf(l.sk))|uint64(c.op.sig)<<32, tail); err != nil {
+			return err
+		}
+		l.sk++
+		return nil
+	}
+	if q.ep.sync {
+		if err := c.postTail(ch, src, sr, uint64(flagOf(k))|uint64(c.op.sig)<<32, ch.remSlots+slot*uint64(ch.stride)+uint64(ch.chunk)); err != nil {
+			return err
+		}
+		ch.sk++
+		return nil
 	}
 	putWord(ch.flagSrc[slot*wordSize:], uint64(flagOf(k))|uint64(c.op.sig)<<32)
-	if q.ep.sync {
-		return c.postTail(ch, src, sr)
-	}
 	n := uint64(0)
 	wrs := ch.wr[:0]
 	if len(src) > 0 {
@@ -286,46 +341,72 @@ func (c *Comm) post(ch *channel, src []byte, sr srcRef) error {
 	return nil
 }
 
-// postTail sends the channel's next message on a write-on-post endpoint
-// in one write of two segments: src, ending right where the slot's tail
-// flag is, then the flag word (already in flagSrc). The endpoint copies
-// the segments in order when posting, so the flag lands after the data,
-// as with two writes, for one work request instead of two.
-func (c *Comm) postTail(ch *channel, src []byte, sr srcRef) error {
+// postTail writes a message on a write-on-post endpoint: src, ending at
+// tail, the peer's address of its slot's tail flag, then the flag word
+// there. The endpoint copies in order when posting, so the
+// flag lands after the data. Where stores become visible in program order
+// (storesInOrder) the two are two work requests of one PostSend, each of
+// one segment, which the endpoint executes on its direct path; elsewhere
+// one work request of two segments, whose copies the endpoint separates
+// with the atomic operations of its key checks. The flag comes from src's
+// own region when it has a spare word there (srcRef.flag), so that both
+// resolve one local key.
+func (c *Comm) postTail(ch *channel, src []byte, sr srcRef, fv, tail uint64) error {
 	q := ch.q
-	slot := ch.sk % ch.slots
-	sgl := ch.sge[:0]
-	flag := verbs.SGE{Addr: ch.flagAddr + slot*wordSize, Length: wordSize, LKey: ch.srcKey}
-	if len(src) > 0 {
-		sgl = append(sgl, verbs.SGE{Addr: uint64(sys.Addr(src)), Length: uint32(len(src)), LKey: sr.lkey})
-		if sr.flag != nil {
-			// The flag from src's own region: copied while posting, so
-			// the word is free again when PostSend returns.
-			copy(sr.flag, ch.flagSrc[slot*wordSize:(slot+1)*wordSize])
-			flag = verbs.SGE{Addr: uint64(sys.Addr(sr.flag)), Length: wordSize, LKey: sr.lkey}
-		}
+	// The flag's word is copied while posting, so it is free again when
+	// PostSend returns.
+	flag := verbs.SGE{Addr: ch.flagAddr, Length: wordSize, LKey: ch.srcKey}
+	if len(src) > 0 && sr.flag != nil {
+		putWord(sr.flag, fv)
+		flag = verbs.SGE{Addr: uint64(sys.Addr(sr.flag)), Length: wordSize, LKey: sr.lkey}
+	} else {
+		putWord(ch.flagSrc, fv)
 	}
-	sgl = append(sgl, flag)
-	tail := ch.remSlots + slot*uint64(ch.stride) + uint64(ch.chunk)
-	ch.wr[0] = verbs.SendWR{ID: wrID(q, q.posted+1), Opcode: verbs.OpWrite, SGL: sgl,
-		RemoteAddr: tail - uint64(len(src)), RKey: ch.remKey}
-	if err := q.qp.PostSend(ch.wr[:1]); err != nil {
+	wrs := ch.wr[:0]
+	switch {
+	case len(src) == 0:
+		ch.sge[0] = flag
+		wrs = append(wrs, verbs.SendWR{ID: wrID(q, q.posted+1), Opcode: verbs.OpWrite, SGL: ch.sge[:1], RemoteAddr: tail, RKey: ch.remKey})
+	case storesInOrder:
+		ch.sge[0] = verbs.SGE{Addr: uint64(sys.Addr(src)), Length: uint32(len(src)), LKey: sr.lkey}
+		ch.sge[1] = flag
+		wrs = append(wrs,
+			verbs.SendWR{ID: wrID(q, q.posted+1), Opcode: verbs.OpWrite, SGL: ch.sge[:1], RemoteAddr: tail - uint64(len(src)), RKey: ch.remKey},
+			verbs.SendWR{ID: wrID(q, q.posted+2), Opcode: verbs.OpWrite, SGL: ch.sge[1:2], RemoteAddr: tail, RKey: ch.remKey})
+	default:
+		ch.sge[0] = verbs.SGE{Addr: uint64(sys.Addr(src)), Length: uint32(len(src)), LKey: sr.lkey}
+		ch.sge[1] = flag
+		wrs = append(wrs, verbs.SendWR{ID: wrID(q, q.posted+1), Opcode: verbs.OpWrite, SGL: ch.sge[:2],
+			RemoteAddr: tail - uint64(len(src)), RKey: ch.remKey})
+	}
+	if err := q.qp.PostSend(wrs); err != nil {
 		return c.fail(fmt.Errorf("%w: rank %d: posting to rank %d: %v", ErrAborted, c.rank, ch.peer, err), true)
 	}
-	q.posted++
+	q.posted += uint64(len(wrs))
 	q.completed = q.posted
-	ch.sk++
 	return nil
 }
+
+// storesInOrder: this CPU makes plain stores (and string copies, as a
+// whole) visible to other cores in program order (x86's total store
+// order), so a write-on-post endpoint that copies one work request after
+// another needs nothing between them for the second to land after the
+// first.
+const storesInOrder = runtime.GOARCH == "amd64" || runtime.GOARCH == "386"
 
 // tailOff is the offset in ch.fifo of slot's tail flag.
 func (ch *channel) tailOff(slot int) int { return slot*ch.stride + ch.chunk }
 
-// postLL packs src into LL words and writes them in one go.
+// postLL packs src into LL words and writes them in one go, as the
+// channel's next LL message.
 func (c *Comm) postLL(ch *channel, src []byte) error {
+	l := &ch.lanes[laneLL]
+	if err := c.reserveLane(ch, l); err != nil {
+		return err
+	}
 	q := ch.q
-	k := ch.sk
-	f := uint64(flagOf(k))
+	j := l.sk
+	f := uint64(flagOf(j))
 	w := ch.llSrc
 	putWord(w, f|uint64(c.op.sig)<<32)
 	n := 1
@@ -344,7 +425,7 @@ func (c *Comm) postLL(ch *channel, src []byte) error {
 	size := n * wordSize
 	ch.llSGE[0] = verbs.SGE{Addr: ch.llAddr, Length: uint32(size), LKey: ch.srcKey}
 	ch.llWR[0] = verbs.SendWR{ID: wrID(q, q.posted+1), Opcode: verbs.OpWrite, SGL: ch.llSGE[:],
-		RemoteAddr: ch.remLL + (k%ch.slots)*llSlot, RKey: ch.remKey}
+		RemoteAddr: l.remRx + (j%l.slots)*llStride, RKey: ch.remKey}
 	if size <= ch.inline {
 		ch.llWR[0].Flags = verbs.SendInline
 	}
@@ -353,7 +434,7 @@ func (c *Comm) postLL(ch *channel, src []byte) error {
 	}
 	q.posted++
 	q.completed = q.posted // synchronous endpoint
-	ch.sk++
+	l.sk++
 	return nil
 }
 
@@ -384,7 +465,7 @@ func (c *Comm) sendSmall(ch *channel, b []byte) error {
 	if err := c.reserve(ch); err != nil {
 		return err
 	}
-	if c.useLL(ch, len(b)) {
+	if c.laneOf(ch, len(b)) == laneLL {
 		return c.postLL(ch, b)
 	}
 	if ch.q.ep.sync || len(b) <= ch.inline {
@@ -409,24 +490,37 @@ func (c *Comm) send(ch *channel, src []byte, sr srcRef) error {
 // recv waits for the channel's next message, of n bytes, and returns it
 // in place in the FIFO. Call release when done with it.
 func (c *Comm) recv(ch *channel, n int) ([]byte, error) {
+	lid := c.laneOf(ch, n)
+	ch.pend = lid
+	switch lid {
+	case laneLL:
+		return c.recvLL(ch, n)
+	case laneMid:
+		l := &ch.lanes[laneMid]
+		want := uint64(flagOf(l.rk)) | uint64(c.op.sig)<<32
+		t := int(l.rk%l.slots)*l.stride + midMax
+		if sys.Load64(l.rx, t) != want {
+			if err := c.waitWord(l.rx, t, want, ch, laneMid); err != nil {
+				return nil, err
+			}
+		}
+		return l.rx[t-n : t], nil
+	}
 	k := ch.rk
 	slot := int(k % ch.slots)
-	if c.useLL(ch, n) {
-		return c.recvLL(ch, slot, n)
-	}
 	want := uint64(flagOf(k)) | uint64(c.op.sig)<<32
 	if ch.q.ep.sync {
 		// One write: the data ends at the tail flag (postTail).
 		t := ch.tailOff(slot)
 		if sys.Load64(ch.fifo, t) != want {
-			if err := c.waitWord(ch.fifo, t, want, ch, true, ch.ll[slot*llSlot:], 0); err != nil {
+			if err := c.waitWord(ch.fifo, t, want, ch, laneMain); err != nil {
 				return nil, err
 			}
 		}
 		return ch.fifo[t-n : t], nil
 	}
 	if sys.Load64(ch.flags, slot*wordSize) != want {
-		if err := c.waitWord(ch.flags, slot*wordSize, want, ch, true, nil, 0); err != nil {
+		if err := c.waitWord(ch.flags, slot*wordSize, want, ch, laneMain); err != nil {
 			return nil, err
 		}
 	}
@@ -434,14 +528,15 @@ func (c *Comm) recv(ch *channel, n int) ([]byte, error) {
 	return ch.fifo[o : o+n], nil
 }
 
-// recvLL waits for an LL message and unpacks it into ch.llBuf.
-func (c *Comm) recvLL(ch *channel, slot, n int) ([]byte, error) {
-	f := flagOf(ch.rk)
-	w := ch.ll[slot*llSlot : (slot+1)*llSlot]
+// recvLL waits for the channel's next LL message and unpacks it into
+// ch.llBuf.
+func (c *Comm) recvLL(ch *channel, n int) ([]byte, error) {
+	l := &ch.lanes[laneLL]
+	f := flagOf(l.rk)
+	at := int(l.rk%l.slots) * llStride
+	w := l.rx[at : at+llSlot]
 	if want := uint64(f) | uint64(c.op.sig)<<32; sys.Load64(w, 0) != want {
-		// A message of another size would show at the tail flag (LL
-		// is used on write-on-post endpoints only).
-		if err := c.waitWord(w, 0, want, ch, true, ch.fifo, ch.tailOff(slot)); err != nil {
+		if err := c.waitWord(w, 0, want, ch, laneLL); err != nil {
 			return nil, err
 		}
 	}
@@ -467,6 +562,35 @@ func (c *Comm) recvLL(ch *channel, slot, n int) ([]byte, error) {
 		}
 	}
 	return out, nil
+}
+
+// otherArrived says whether the next message of a lane other than the
+// awaited one (laneMain or another) has arrived on ch: on write-on-post
+// endpoints, where there are lanes. See "Lanes" above.
+func (c *Comm) otherArrived(ch *channel, awaited laneID) bool {
+	if !ch.q.ep.sync {
+		return false
+	}
+	if awaited != laneMain {
+		k := ch.rk
+		if uint32(sys.Load64(ch.fifo, ch.tailOff(int(k%ch.slots)))) == flagOf(k) {
+			return true
+		}
+	}
+	for i := range ch.lanes {
+		l := &ch.lanes[i]
+		if laneID(i) == awaited {
+			continue
+		}
+		off := int(l.rk%l.slots) * l.stride // the LL header
+		if laneID(i) == laneMid {
+			off += midMax // the tail flag
+		}
+		if uint32(sys.Load64(l.rx, off)) == flagOf(l.rk) {
+			return true
+		}
+	}
+	return false
 }
 
 // relaxSink keeps relax's work from being optimised away.
@@ -511,31 +635,49 @@ func (c *Comm) waitLow(mem []byte, off int, f uint32, peer int) error {
 	return nil
 }
 
-// release consumes the channel's current message and, every ackBatch
-// messages, returns the credits.
+// release consumes the channel's current message (the one recv returned)
+// and, every ackBatch messages (half a lane's ring), returns the
+// credits.
 func (c *Comm) release(ch *channel) error {
+	if ch.pend != laneMain {
+		l := &ch.lanes[ch.pend]
+		ch.pend = laneMain
+		l.rk++
+		if l.rk-l.acked < l.slots/2 {
+			return nil
+		}
+		err := c.ack(ch, l.acked, l.rk, l.slots, l.ackSrc, l.ackAddr, l.remAcks)
+		if err == nil {
+			l.acked = l.rk
+		}
+		return err
+	}
 	ch.rk++
 	if ch.rk-ch.acked < ch.ackBatch {
 		return nil
 	}
-	return c.ack(ch)
+	err := c.ack(ch, ch.acked, ch.rk, ch.slots, ch.ackSrc, ch.ackAddr, ch.remAcks)
+	if err == nil {
+		ch.acked = ch.rk
+	}
+	return err
 }
 
-// ack writes the credit words of messages [acked, rk) into the sender.
-func (c *Comm) ack(ch *channel) error {
-	from, to := ch.acked, ch.rk
+// ack writes the credit words of messages [from, to) of a ring of slots
+// into the sender: from src (registered at srcAddr) to its words at rem.
+func (c *Comm) ack(ch *channel, from, to, slots uint64, src []byte, srcAddr, rem uint64) error {
 	for i := from; i < to; i++ {
-		putWord(ch.ackSrc[(i%ch.slots)*wordSize:], i+1)
+		putWord(src[(i%slots)*wordSize:], i+1)
 	}
 	q := ch.q
 	wrs := ch.wr[:0]
 	for i := from; i < to; {
-		s := i % ch.slots
-		m := min(to-i, ch.slots-s) // contiguous run of slots
+		s := i % slots
+		m := min(to-i, slots-s) // contiguous run of slots
 		j := len(wrs)
-		ch.sge[j] = verbs.SGE{Addr: ch.ackAddr + s*wordSize, Length: uint32(m * wordSize), LKey: ch.srcKey}
+		ch.sge[j] = verbs.SGE{Addr: srcAddr + s*wordSize, Length: uint32(m * wordSize), LKey: ch.srcKey}
 		w := verbs.SendWR{ID: wrID(q, q.posted+uint64(j)+1), Opcode: verbs.OpWrite, SGL: ch.sge[j : j+1],
-			RemoteAddr: ch.remAcks + s*wordSize, RKey: ch.remAckK}
+			RemoteAddr: rem + s*wordSize, RKey: ch.remAckK}
 		if int(m*wordSize) <= ch.inline {
 			w.Flags = verbs.SendInline
 		}
@@ -556,7 +698,6 @@ func (c *Comm) ack(ch *channel) error {
 	if q.ep.sync {
 		q.completed = q.posted
 	}
-	ch.acked = to
 	return nil
 }
 
@@ -592,12 +733,14 @@ const (
 
 // waitWord spins until the word at off of mem equals want. Flags whose
 // counter half matches but signature half does not are a mismatch, and so
-// is the message's counter showing up at alt[altOff:], the flag of the
-// other format (LL or not): the sender's message has another size. It
+// is the next message of a lane other than awaited arriving while want
+// still does not show (otherArrived; laneNone: want is no message flag):
+// the sender's message has another size. It
 // gives up on the communicator's failure, the peer's departure, the
 // context's end or the timeout, and backs off from spinning to yielding
 // the CPU when the wait is long.
-func (c *Comm) waitWord(mem []byte, off int, want uint64, ch *channel, flag bool, alt []byte, altOff int) error {
+func (c *Comm) waitWord(mem []byte, off int, want uint64, ch *channel, awaited laneID) error {
+	flag := awaited != laneNone
 	if ch.q.ep.sleepWait {
 		return c.waitWordPolling(mem, off, want, ch, flag)
 	}
@@ -633,7 +776,7 @@ func (c *Comm) waitWord(mem []byte, off int, want uint64, ch *channel, flag bool
 			}
 			return c.stop(err, peer)
 		}
-		if alt != nil && uint32(sys.Load64(alt, altOff)) == uint32(want) {
+		if flag && c.otherArrived(ch, awaited) && sys.Load64(mem, off) != want {
 			return c.fail(fmt.Errorf("%w: rank %d in %s: rank %d sent a message of another size",
 				ErrMismatch, c.rank, c.op.desc(), peer), true)
 		}
