@@ -661,8 +661,10 @@ func (s *Store) PutMRBatch(ctx context.Context, keys [][]byte, values []Buf) err
 		if d.Uint8() == 1 {
 			old, leases = decodeRetired(d, old, leases)
 		}
-		if errs[i] == nil && len(locs[i]) > 0 && s.keep(cctx, locs[i][0].Segment) {
-			s.cache.put(keys[i], cachedLoc{ver: vers[i], size: values[i].Len, locs: locs[i]})
+		if errs[i] == nil && len(locs[i]) > 0 {
+			if tr := s.transport(cctx, locs[i][0].Segment); tr != "" {
+				s.cache.put(keys[i], cachedLoc{ver: vers[i], size: values[i].Len, locs: locs[i], tr: tr})
+			}
 		}
 	}
 	if d.Finish() != nil {
@@ -879,16 +881,27 @@ func (s *Store) GetMRBatch(ctx context.Context, keys [][]byte, dsts []Buf) ([]in
 	for i := range pending {
 		pending[i] = true
 	}
+	// The reads of an attempt end within 9/10 of the lease counted from
+	// before its request to the master (getOnce); the speculative ones
+	// start before that request and share its bound.
+	start := time.Now()
+	rctx, cancel := context.WithDeadline(ctx, start.Add(s.leaseTTL*9/10))
+	defer cancel()
 	// The keys whose locations this client keeps: one-sided, no master
 	// (cache.go), or read while the master is asked (speculate).
 	var sp *spec
-	if s.etcd == nil {
-		// (With the master's table in etcd, a new master does not know
-		// which freed slots' headers are still to clear: no such reads.)
-		s.getCached(ctx, keys, dsts, pending, sizes)
+	var one [1]cachedLoc
+	kept := one[:]
+	if len(keys) > 1 {
+		kept = make([]cachedLoc, len(keys))
+	}
+	// (With the master's table in etcd, a new master does not know which
+	// freed slots' headers are still to clear: no such reads.)
+	if s.etcd == nil && s.cache.lookup(keys, dsts, kept) {
+		s.getCached(ctx, keys, dsts, pending, sizes, kept)
 		if slices.Contains(pending, true) {
-			sp = s.speculate(ctx, keys, dsts, pending)
-			if testSpeculated != nil {
+			sp = s.speculate(rctx, keys, dsts, pending, kept)
+			if testSpeculated != nil && sp != nil {
 				testSpeculated(sp)
 			}
 		}
@@ -897,7 +910,13 @@ func (s *Store) GetMRBatch(ctx context.Context, keys [][]byte, dsts []Buf) ([]in
 		if !slices.Contains(pending, true) {
 			break
 		}
-		expired := s.getOnce(ctx, keys, dsts, pending, sizes, errs, sp)
+		if attempt > 0 { // (at most 2 more)
+			start = time.Now()
+			var cancel context.CancelFunc
+			rctx, cancel = context.WithDeadline(ctx, start.Add(s.leaseTTL*9/10))
+			defer cancel()
+		}
+		expired := s.getOnce(ctx, rctx, start, keys, dsts, pending, sizes, errs, sp, kept)
 		if sp != nil {
 			s.specKept.Add(uint64(sp.kept))
 			sp = nil
@@ -916,7 +935,10 @@ var testSpeculated func(*spec)
 // getOnce reads the keys still pending, but for those read by sp (if not
 // nil) as the master's answer allows (speculate); it reports whether some
 // read outlasted its lease (those stay pending, with ErrLeaseExpired).
-func (s *Store) getOnce(ctx context.Context, keys [][]byte, dsts []Buf, pending []bool, sizes []int, errs []error, sp *spec) bool {
+// rctx ends at start plus 9/10 of the lease, start being before anything
+// of this attempt was asked or read; kept is the locations the client
+// kept when the Get began (lookup).
+func (s *Store) getOnce(ctx, rctx context.Context, start time.Time, keys [][]byte, dsts []Buf, pending []bool, sizes []int, errs []error, sp *spec, kept []cachedLoc) bool {
 	var idx []int
 	req := []byte{opGet, 0, 0}
 	var ks [][]byte
@@ -928,7 +950,6 @@ func (s *Store) getOnce(ctx context.Context, keys [][]byte, dsts []Buf, pending 
 		}
 	}
 	req = appendKeys(req, ks)
-	start := time.Now()
 	d, err := s.call(ctx, req)
 	// The speculative reads end before anything else is read into their
 	// destinations, or the call returns.
@@ -965,8 +986,6 @@ func (s *Store) getOnce(ctx context.Context, keys [][]byte, dsts []Buf, pending 
 	}
 	sp.settle(pending, errs, vers, sizes, locs)
 	deadline := start.Add(s.leaseTTL * 9 / 10)
-	rctx, cancel := context.WithDeadline(ctx, deadline)
-	defer cancel()
 	// Read each from its first replica; what fails is read again from
 	// the next.
 	for r := 0; r < MaxReplicas; r++ {
@@ -1006,8 +1025,14 @@ func (s *Store) getOnce(ctx context.Context, keys [][]byte, dsts []Buf, pending 
 		}
 	}
 	for _, i := range idx {
-		if errs[i] == nil && !pending[i] && len(locs[i]) > 0 && s.keep(ctx, locs[i][0].Segment) {
-			s.cache.put(keys[i], cachedLoc{ver: vers[i], size: sizes[i], locs: locs[i]})
+		if errs[i] != nil || pending[i] || len(locs[i]) == 0 {
+			continue
+		}
+		if k := kept[i]; k.read && k.ver == vers[i] && k.locs[0] == locs[i][0] {
+			continue // kept already
+		}
+		if tr := s.transport(ctx, locs[i][0].Segment); tr != "" {
+			s.cache.put(keys[i], cachedLoc{ver: vers[i], size: sizes[i], locs: locs[i], tr: tr, read: true})
 		}
 	}
 	return expired
