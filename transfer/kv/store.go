@@ -881,15 +881,8 @@ func (s *Store) GetMRBatch(ctx context.Context, keys [][]byte, dsts []Buf) ([]in
 	for i := range pending {
 		pending[i] = true
 	}
-	// The reads of an attempt end within 9/10 of the lease counted from
-	// before its request to the master (getOnce); the speculative ones
-	// start before that request and share its bound.
-	start := time.Now()
-	rctx, cancel := context.WithDeadline(ctx, start.Add(s.leaseTTL*9/10))
-	defer cancel()
 	// The keys whose locations this client keeps: one-sided, no master
 	// (cache.go), or read while the master is asked (speculate).
-	var sp *spec
 	var one [1]cachedLoc
 	kept := one[:]
 	if len(keys) > 1 {
@@ -897,19 +890,27 @@ func (s *Store) GetMRBatch(ctx context.Context, keys [][]byte, dsts []Buf) ([]in
 	}
 	// (With the master's table in etcd, a new master does not know which
 	// freed slots' headers are still to clear: no such reads.)
-	if s.etcd == nil && s.cache.lookup(keys, dsts, kept) {
+	cached := s.etcd == nil && s.cache.lookup(keys, dsts, kept)
+	if cached {
 		s.getCached(ctx, keys, dsts, pending, sizes, kept)
-		if slices.Contains(pending, true) {
-			sp = s.speculate(rctx, keys, dsts, pending, kept)
-			if testSpeculated != nil && sp != nil {
-				testSpeculated(sp)
-			}
+	}
+	if !slices.Contains(pending, true) {
+		return sizes, nil
+	}
+	// The reads of an attempt end within 9/10 of the lease counted from
+	// before its request to the master (getOnce); the speculative ones
+	// start before that request and share its bound.
+	start := time.Now()
+	rctx, cancel := context.WithDeadline(ctx, start.Add(s.leaseTTL*9/10))
+	defer cancel()
+	var sp *spec
+	if cached {
+		sp = s.speculate(rctx, keys, dsts, pending, kept)
+		if testSpeculated != nil && sp != nil {
+			testSpeculated(sp)
 		}
 	}
 	for attempt := 0; ; attempt++ {
-		if !slices.Contains(pending, true) {
-			break
-		}
 		if attempt > 0 { // (at most 2 more)
 			start = time.Now()
 			var cancel context.CancelFunc
@@ -921,7 +922,7 @@ func (s *Store) GetMRBatch(ctx context.Context, keys [][]byte, dsts []Buf) ([]in
 			s.specKept.Add(uint64(sp.kept))
 			sp = nil
 		}
-		if !expired || attempt == 2 || ctx.Err() != nil {
+		if !expired || attempt == 2 || ctx.Err() != nil || !slices.Contains(pending, true) {
 			break
 		}
 	}
