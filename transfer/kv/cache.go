@@ -120,18 +120,52 @@ func (c cachedLoc) validated() bool { return c.tr != "tcp" }
 var getsNow atomic.Int32
 
 // direct reports whether a Get may now read a location it kept before the
-// master answers: one a Get learnt always (another client's Put made it
-// stale only if one ran since), one this client's Put left only while few
-// Gets run at once (getsNow). With 8 clients that each Put a share of
-// 100 keys and then Get them all, most locations a client's Puts left are
-// stale (another client put the key since); read speculatively, each
-// costs a Read for nothing, while those a Get learnt are current as long
-// as nobody writes. kv bench --tests get (locations from Gets), tcp0, 8
-// clients, 256 KiB, 2 shared cores, alternating 4 runs each
-// (2026-11-30): GET 9.0k-9.7k ops/s without speculation, 10.4k-12.5k
-// with it.
-func (c cachedLoc) direct() bool {
-	return c.read || c.tr != "tcp" || getsNow.Load() <= maxTCPDirect()
+// master answers: while few Gets of the process run at once (getsNow),
+// always; with more, only a location a Get learnt, and only while those
+// have mostly been current (s.stale). With 8 clients that each Put a
+// share of 100 keys and then Get them all, most locations a client's Puts
+// left are stale (another client put the key since): read speculatively,
+// each costs a Read for nothing. Those a Get learnt stay current as long
+// as nobody writes the key, and where writers are busy (stale counts how
+// often they were not) Gets go through the master first again. kv bench
+// --tests get (locations from Gets), tcp0, 8 clients, 256 KiB, 2 shared
+// cores, alternating 4 runs each (2026-11-30): GET 9.0k-9.7k ops/s
+// without speculation, 10.4k-12.5k with it.
+func (s *Store) direct(c cachedLoc) bool {
+	return c.tr != "tcp" || getsNow.Load() <= maxTCPDirect() || c.read && s.stale.Load() < staleBlock
+}
+
+// The staleness count of a client's locations learnt by Gets over tcp0
+// (Store.stale): each the master's answer shows stale adds staleMiss,
+// each it shows current takes one off (at least 0, at most staleMax);
+// speculation with many Gets in progress stops at staleBlock. So it runs
+// while at most about one in staleMiss+1 such locations is stale, and a
+// run of stale ones stops it until some staleMax current ones were seen
+// (Gets through the master still compare what they kept).
+const (
+	staleMiss  = 8
+	staleBlock = 2 * staleMiss
+	staleMax   = 64
+)
+
+// noteStale counts whether a location a Get learnt (kept, over tcp0) was
+// still current by the master's answer: version ver at locs, size.
+func (s *Store) noteStale(kept cachedLoc, ver uint64, size int, locs []Location) {
+	if !kept.read || kept.tr != "tcp" {
+		return
+	}
+	current := kept.ver == ver && kept.size == size && slices.Contains(locs, kept.locs[0])
+	for {
+		old := s.stale.Load()
+		n := old - 1
+		if !current {
+			n = old + staleMiss
+		}
+		n = min(max(n, 0), staleMax)
+		if n == old || s.stale.CompareAndSwap(old, n) {
+			return
+		}
+	}
 }
 
 // maxTCPDirect is GOMAXPROCS-1, at least 1 (as many as Batch.Wait lets
@@ -376,7 +410,7 @@ func (s *Store) speculate(ctx context.Context, keys [][]byte, dsts []Buf, pendin
 	var sp *spec
 	var reqs []transfer.Request
 	for i, c := range kept {
-		if !pending[i] || c.ver == 0 || !c.direct() {
+		if !pending[i] || c.ver == 0 || !s.direct(c) {
 			continue
 		}
 		if sp == nil {

@@ -168,6 +168,35 @@ func TestCachedGetTCPPolicy(t *testing.T) {
 	if l, ok := c.cache.get([]byte("small")); !ok || !l.read {
 		t.Fatalf("after a Get: kept %+v, %v", l, ok)
 	}
+	// Locations Gets learnt found stale often: through the master, and
+	// each found current there counts down.
+	c.stale.Store(staleBlock)
+	spec = c.specKept.Load()
+	if got, err := c.Get(ctx, []byte("small")); err != nil || !bytes.Equal(got, big[:len(small)]) {
+		t.Fatalf("get through the master: %v", err)
+	}
+	if c.specKept.Load() != spec {
+		t.Fatal("read speculatively with the locations Gets learnt often stale")
+	}
+	if n := c.stale.Load(); n != staleBlock-1 {
+		t.Fatalf("staleness %d after a current location, want %d", n, staleBlock-1)
+	}
+	// Another client replaces the value: the kept location is stale, the
+	// Get returns the new value and counts it.
+	c.stale.Store(0)
+	if err := ss[0].Put(ctx, []byte("small"), small); err != nil {
+		t.Fatal(err)
+	}
+	spec = c.specKept.Load()
+	if got, err := c.Get(ctx, []byte("small")); err != nil || !bytes.Equal(got, small) {
+		t.Fatalf("get after another client's put: %v", err)
+	}
+	if c.specKept.Load() != spec {
+		t.Fatal("a stale speculative read kept")
+	}
+	if n := c.stale.Load(); n != staleMiss {
+		t.Fatalf("staleness %d after a stale location, want %d", n, staleMiss)
+	}
 }
 
 // TestPutTokens: a client cannot commit or abort another client's put in

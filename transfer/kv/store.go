@@ -179,6 +179,7 @@ type Store struct {
 
 	cache    locCache      // the locations of values read or written (cache.go)
 	specKept atomic.Uint64 // speculative reads kept (cache.go; for tests)
+	stale    atomic.Int32  // how often kept locations Gets learnt were stale (noteStale)
 
 	// stMu guards staging.
 	stMu    sync.Mutex
@@ -967,6 +968,9 @@ func (s *Store) getOnce(ctx, rctx context.Context, start time.Time, keys [][]byt
 	for _, i := range idx {
 		if errs[i] = decodeErr(d); errs[i] != nil {
 			pending[i] = false
+			if kept[i].ver != 0 {
+				s.noteStale(kept[i], 0, 0, nil) // (gone)
+			}
 			continue
 		}
 		size, id := d.Uint64(), d.Uint64()
@@ -974,6 +978,9 @@ func (s *Store) getOnce(ctx, rctx context.Context, start time.Time, keys [][]byt
 		locs[i] = decodeLocs(d)
 		leases = append(leases, id)
 		sizes[i] = int(size)
+		if kept[i].ver != 0 {
+			s.noteStale(kept[i], vers[i], sizes[i], locs[i])
+		}
 		if size > uint64(dsts[i].Len) {
 			errs[i], pending[i] = fmt.Errorf("%w: value of %d bytes, destination of %d", ErrBuffer, size, dsts[i].Len), false
 		}
