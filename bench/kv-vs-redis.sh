@@ -25,8 +25,10 @@
 # runs; compare within a run.
 #
 # Environment: SIZES, CLIENTS, TRIALS (3), OUT (bench/out/...), NO_APT=1
-# (skip apt-get), PORT (6390), MCPORT (11390); without memcached (not
-# installed, apt-get failing) its columns say n/a.
+# (skip apt-get), PORT (6390), MCPORT (11390), RDMAKIT_BIN (run that
+# rdmakit binary instead of building this tree's: an old build against a
+# new one); without memcached (not installed, apt-get failing) its
+# columns say n/a.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -51,7 +53,11 @@ if [ -z "${NO_APT:-}" ] && ! command -v memcached >/dev/null; then
     log "apt-get memcached failed, see $OUT/apt.log"
 fi
 
-go build -o "$OUT/rdmakit" ./cmd/rdmakit
+if [ -n "${RDMAKIT_BIN:-}" ]; then
+  cp "$RDMAKIT_BIN" "$OUT/rdmakit"
+else
+  go build -o "$OUT/rdmakit" ./cmd/rdmakit
+fi
 redis-server --bind 127.0.0.1 --port "$PORT" --save '' --appendonly no --daemonize no >"$OUT/redis.log" 2>&1 &
 RPID=$!
 MPID=

@@ -109,9 +109,9 @@ func testCachedGetValidated(t *testing.T, dev string, slice int) {
 }
 
 // TestCachedGetTCPPolicy: over tcp0 a client keeps the locations of
-// values of every size, reads none of them with the header check, and
-// reads them speculatively only while at most maxTCPDirect Gets of the
-// process are in progress.
+// values of every size, reads none of them with the header check, reads
+// those a Get learnt speculatively, and those its own Put left only while
+// at most maxTCPDirect Gets of the process are in progress.
 func TestCachedGetTCPPolicy(t *testing.T) {
 	ctx := context.Background()
 	ss := cluster(t, "tcp0", 1, 4<<20, nil)
@@ -128,8 +128,8 @@ func TestCachedGetTCPPolicy(t *testing.T) {
 		if !ok {
 			t.Fatalf("%s: location not kept", k)
 		}
-		if c.validated(ctx, l.locs[0].Segment) {
-			t.Fatalf("%s: read with the header check over tcp0", k)
+		if l.validated() || !l.read {
+			t.Fatalf("%s: kept %+v: read with the header check over tcp0, or not marked as learnt by a Get", k, l)
 		}
 		spec := c.specKept.Load()
 		if got, err := c.Get(ctx, []byte(k)); err != nil || !bytes.Equal(got, v) {
@@ -142,16 +142,60 @@ func TestCachedGetTCPPolicy(t *testing.T) {
 	// As if called in a Get while maxTCPDirect others are in progress.
 	getsNow.Add(maxTCPDirect() + 1)
 	defer getsNow.Add(-maxTCPDirect() - 1)
+	// A location a Get learnt: still read speculatively.
 	spec := c.specKept.Load()
-	// Through the master then, still whole, and the location still kept.
 	if got, err := c.Get(ctx, []byte("small")); err != nil || !bytes.Equal(got, small) {
+		t.Fatalf("get: %v", err)
+	}
+	if c.specKept.Load() != spec+1 {
+		t.Fatalf("%d Gets in progress: a location a Get learnt not read speculatively", getsNow.Load())
+	}
+	// One this client's Put left: through the master then, still whole,
+	// and the location then kept as learnt by a Get.
+	if err := c.Put(ctx, []byte("small"), big[:len(small)]); err != nil {
+		t.Fatal(err)
+	}
+	if l, ok := c.cache.get([]byte("small")); !ok || l.read {
+		t.Fatalf("after a Put: kept %+v, %v", l, ok)
+	}
+	spec = c.specKept.Load()
+	if got, err := c.Get(ctx, []byte("small")); err != nil || !bytes.Equal(got, big[:len(small)]) {
 		t.Fatalf("get through the master: %v", err)
 	}
 	if c.specKept.Load() != spec {
-		t.Fatalf("%d Gets in progress: read speculatively", getsNow.Load())
+		t.Fatalf("%d Gets in progress: a location a Put left read speculatively", getsNow.Load())
 	}
-	if _, ok := c.cache.get([]byte("small")); !ok {
-		t.Fatal("location dropped")
+	if l, ok := c.cache.get([]byte("small")); !ok || !l.read {
+		t.Fatalf("after a Get: kept %+v, %v", l, ok)
+	}
+	// Locations Gets learnt found stale often: through the master, and
+	// each found current there counts down.
+	c.stale.Store(staleBlock)
+	spec = c.specKept.Load()
+	if got, err := c.Get(ctx, []byte("small")); err != nil || !bytes.Equal(got, big[:len(small)]) {
+		t.Fatalf("get through the master: %v", err)
+	}
+	if c.specKept.Load() != spec {
+		t.Fatal("read speculatively with the locations Gets learnt often stale")
+	}
+	if n := c.stale.Load(); n != staleBlock-1 {
+		t.Fatalf("staleness %d after a current location, want %d", n, staleBlock-1)
+	}
+	// Another client replaces the value: the kept location is stale, the
+	// Get returns the new value and counts it.
+	c.stale.Store(0)
+	if err := ss[0].Put(ctx, []byte("small"), small); err != nil {
+		t.Fatal(err)
+	}
+	spec = c.specKept.Load()
+	if got, err := c.Get(ctx, []byte("small")); err != nil || !bytes.Equal(got, small) {
+		t.Fatalf("get after another client's put: %v", err)
+	}
+	if c.specKept.Load() != spec {
+		t.Fatal("a stale speculative read kept")
+	}
+	if n := c.stale.Load(); n != staleMiss {
+		t.Fatalf("staleness %d after a stale location, want %d", n, staleMiss)
 	}
 }
 

@@ -179,6 +179,7 @@ type Store struct {
 
 	cache    locCache      // the locations of values read or written (cache.go)
 	specKept atomic.Uint64 // speculative reads kept (cache.go; for tests)
+	stale    atomic.Int32  // how often kept locations Gets learnt were stale (noteStale)
 
 	// stMu guards staging.
 	stMu    sync.Mutex
@@ -661,8 +662,10 @@ func (s *Store) PutMRBatch(ctx context.Context, keys [][]byte, values []Buf) err
 		if d.Uint8() == 1 {
 			old, leases = decodeRetired(d, old, leases)
 		}
-		if errs[i] == nil && len(locs[i]) > 0 && s.keep(cctx, locs[i][0].Segment) {
-			s.cache.put(keys[i], cachedLoc{ver: vers[i], size: values[i].Len, locs: locs[i]})
+		if errs[i] == nil && len(locs[i]) > 0 {
+			if tr := s.transport(cctx, locs[i][0].Segment); tr != "" {
+				s.cache.put(keys[i], cachedLoc{ver: vers[i], size: values[i].Len, locs: locs[i], tr: tr})
+			}
 		}
 	}
 	if d.Finish() != nil {
@@ -881,28 +884,46 @@ func (s *Store) GetMRBatch(ctx context.Context, keys [][]byte, dsts []Buf) ([]in
 	}
 	// The keys whose locations this client keeps: one-sided, no master
 	// (cache.go), or read while the master is asked (speculate).
+	var one [1]cachedLoc
+	kept := one[:]
+	if len(keys) > 1 {
+		kept = make([]cachedLoc, len(keys))
+	}
+	// (With the master's table in etcd, a new master does not know which
+	// freed slots' headers are still to clear: no such reads.)
+	cached := s.etcd == nil && s.cache.lookup(keys, dsts, kept)
+	if cached {
+		s.getCached(ctx, keys, dsts, pending, sizes, kept)
+	}
+	if !slices.Contains(pending, true) {
+		return sizes, nil
+	}
+	// The reads of an attempt end within 9/10 of the lease counted from
+	// before its request to the master (getOnce); the speculative ones
+	// start before that request and share its bound.
+	start := time.Now()
+	rctx, cancel := context.WithDeadline(ctx, start.Add(s.leaseTTL*9/10))
+	defer cancel()
 	var sp *spec
-	if s.etcd == nil {
-		// (With the master's table in etcd, a new master does not know
-		// which freed slots' headers are still to clear: no such reads.)
-		s.getCached(ctx, keys, dsts, pending, sizes)
-		if slices.Contains(pending, true) {
-			sp = s.speculate(ctx, keys, dsts, pending)
-			if testSpeculated != nil {
-				testSpeculated(sp)
-			}
+	if cached {
+		sp = s.speculate(rctx, keys, dsts, pending, kept)
+		if testSpeculated != nil && sp != nil {
+			testSpeculated(sp)
 		}
 	}
 	for attempt := 0; ; attempt++ {
-		if !slices.Contains(pending, true) {
-			break
+		if attempt > 0 { // (at most 2 more)
+			start = time.Now()
+			var cancel context.CancelFunc
+			rctx, cancel = context.WithDeadline(ctx, start.Add(s.leaseTTL*9/10))
+			defer cancel()
 		}
-		expired := s.getOnce(ctx, keys, dsts, pending, sizes, errs, sp)
+		expired := s.getOnce(ctx, rctx, start, keys, dsts, pending, sizes, errs, sp, kept)
 		if sp != nil {
 			s.specKept.Add(uint64(sp.kept))
 			sp = nil
 		}
-		if !expired || attempt == 2 || ctx.Err() != nil {
+		if !expired || attempt == 2 || ctx.Err() != nil || !slices.Contains(pending, true) {
 			break
 		}
 	}
@@ -916,7 +937,10 @@ var testSpeculated func(*spec)
 // getOnce reads the keys still pending, but for those read by sp (if not
 // nil) as the master's answer allows (speculate); it reports whether some
 // read outlasted its lease (those stay pending, with ErrLeaseExpired).
-func (s *Store) getOnce(ctx context.Context, keys [][]byte, dsts []Buf, pending []bool, sizes []int, errs []error, sp *spec) bool {
+// rctx ends at start plus 9/10 of the lease, start being before anything
+// of this attempt was asked or read; kept is the locations the client
+// kept when the Get began (lookup).
+func (s *Store) getOnce(ctx, rctx context.Context, start time.Time, keys [][]byte, dsts []Buf, pending []bool, sizes []int, errs []error, sp *spec, kept []cachedLoc) bool {
 	var idx []int
 	req := []byte{opGet, 0, 0}
 	var ks [][]byte
@@ -928,7 +952,6 @@ func (s *Store) getOnce(ctx context.Context, keys [][]byte, dsts []Buf, pending 
 		}
 	}
 	req = appendKeys(req, ks)
-	start := time.Now()
 	d, err := s.call(ctx, req)
 	// The speculative reads end before anything else is read into their
 	// destinations, or the call returns.
@@ -945,6 +968,9 @@ func (s *Store) getOnce(ctx context.Context, keys [][]byte, dsts []Buf, pending 
 	for _, i := range idx {
 		if errs[i] = decodeErr(d); errs[i] != nil {
 			pending[i] = false
+			if kept[i].ver != 0 {
+				s.noteStale(kept[i], 0, 0, nil) // (gone)
+			}
 			continue
 		}
 		size, id := d.Uint64(), d.Uint64()
@@ -952,6 +978,9 @@ func (s *Store) getOnce(ctx context.Context, keys [][]byte, dsts []Buf, pending 
 		locs[i] = decodeLocs(d)
 		leases = append(leases, id)
 		sizes[i] = int(size)
+		if kept[i].ver != 0 {
+			s.noteStale(kept[i], vers[i], sizes[i], locs[i])
+		}
 		if size > uint64(dsts[i].Len) {
 			errs[i], pending[i] = fmt.Errorf("%w: value of %d bytes, destination of %d", ErrBuffer, size, dsts[i].Len), false
 		}
@@ -965,8 +994,6 @@ func (s *Store) getOnce(ctx context.Context, keys [][]byte, dsts []Buf, pending 
 	}
 	sp.settle(pending, errs, vers, sizes, locs)
 	deadline := start.Add(s.leaseTTL * 9 / 10)
-	rctx, cancel := context.WithDeadline(ctx, deadline)
-	defer cancel()
 	// Read each from its first replica; what fails is read again from
 	// the next.
 	for r := 0; r < MaxReplicas; r++ {
@@ -1006,8 +1033,14 @@ func (s *Store) getOnce(ctx context.Context, keys [][]byte, dsts []Buf, pending 
 		}
 	}
 	for _, i := range idx {
-		if errs[i] == nil && !pending[i] && len(locs[i]) > 0 && s.keep(ctx, locs[i][0].Segment) {
-			s.cache.put(keys[i], cachedLoc{ver: vers[i], size: sizes[i], locs: locs[i]})
+		if errs[i] != nil || pending[i] || len(locs[i]) == 0 {
+			continue
+		}
+		if k := kept[i]; k.read && k.ver == vers[i] && k.locs[0] == locs[i][0] {
+			continue // kept already
+		}
+		if tr := s.transport(ctx, locs[i][0].Segment); tr != "" {
+			s.cache.put(keys[i], cachedLoc{ver: vers[i], size: sizes[i], locs: locs[i], tr: tr, read: true})
 		}
 	}
 	return expired
