@@ -53,13 +53,17 @@ var tuning = []tuneRow{
 func (c *Comm) pickAlgo(kind byte, bytes int) Algorithm {
 	a := c.opts.Algorithm
 	switch kind {
-	case kAllGather, kReduceScatter:
-		if a == AlgoTree {
-			return AlgoRing // no tree for these
+	case kAllGather:
+		if a == AlgoTree || a == AlgoHalving && c.nranks&(c.nranks-1) != 0 {
+			return AlgoRing // no tree; recursive doubling for powers of two only
+		}
+	case kReduceScatter:
+		if a == AlgoTree || a == AlgoHalving {
+			return AlgoRing // no tree or halving form
 		}
 	case kBroadcast, kReduce:
-		if a == AlgoDirect {
-			return AlgoTree // no direct form for these
+		if a == AlgoDirect || a == AlgoHalving {
+			return AlgoTree // no direct or halving form
 		}
 	}
 	if a != AlgoAuto {
