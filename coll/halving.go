@@ -114,7 +114,7 @@ func (c *Comm) halvingStep(partner int, m mem, sl, sh, kl, kh int, dt DataType, 
 		if j < ns {
 			st := sl + j*ce
 			// Unstaged: see the file's comment on sources.
-			if err := c.send(c.ch(partner, j), m.at(st, min(st+ce, sh), es), m.key(c.ch(partner, j).q.ep)); err != nil {
+			if err := c.sendHeld(c.ch(partner, j), m, m.at(st, min(st+ce, sh), es)); err != nil {
 				return err
 			}
 		}
@@ -175,8 +175,7 @@ func (c *Comm) sendAllFrom(dst int, m mem, count, es int, final bool) error {
 	}
 	ce := c.chunkElems(es)
 	for p, st := 0, 0; st < count; p, st = p+1, st+ce {
-		ch := c.ch(dst, p)
-		if err := c.send(ch, m.at(st, min(st+ce, count), es), m.key(ch.q.ep)); err != nil {
+		if err := c.sendHeld(c.ch(dst, p), m, m.at(st, min(st+ce, count), es)); err != nil {
 			return err
 		}
 	}
