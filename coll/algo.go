@@ -134,11 +134,7 @@ func (c *Comm) sendFrom(ch *channel, m mem, b []byte) error {
 		return c.send(ch, b, m.key(ch.q.ep))
 	}
 	if len(b) > stageMax {
-		if err := c.send(ch, b, m.key(ch.q.ep)); err != nil {
-			return err
-		}
-		ch.q.needed = ch.q.posted - 1 // the data write; the flag is inline
-		return nil
+		return c.sendWaited(ch, m, b)
 	}
 	if err := c.reserve(ch); err != nil {
 		return err
@@ -148,6 +144,19 @@ func (c *Comm) sendFrom(ch *channel, m mem, b []byte) error {
 		return err
 	}
 	return c.post(ch, buf[:copy(buf, b)], key)
+}
+
+// sendWaited sends b (a part of m) on ch straight from m, and the
+// collective waits for the write at its end (drain): m must stay
+// unchanged until then, and the caller may change it after.
+func (c *Comm) sendWaited(ch *channel, m mem, b []byte) error {
+	if err := c.send(ch, b, m.key(ch.q.ep)); err != nil {
+		return err
+	}
+	if !ch.q.ep.sync && len(b) > ch.inline {
+		ch.q.needed = ch.q.posted - 1 // the data write; the flag is inline
+	}
+	return nil
 }
 
 // sendHeld sends b (a part of m) on ch straight from m, never staged: the

@@ -26,8 +26,9 @@ package coll
 // halves sent while halving are overwritten only by the doubling steps,
 // whose data comes from the same partner after it received them. What the
 // doubling steps send is final (output) data the caller may change once
-// the call returns, so it goes through sendFrom (staged, or waited for at
-// the end).
+// the call returns: the steps before the last send it straight and wait
+// for the writes at the end (long done by then), the last through
+// sendFrom.
 
 // hdMaxSteps bounds log₂ of the rank count (ranks are an int32).
 const hdMaxSteps = 32
@@ -90,7 +91,7 @@ func (c *Comm) halvingAllReduce(in, out mem, count int, dt DataType, op RedOp) e
 		if l == lo[k] {
 			rl, rh = h, hi[k]
 		}
-		if err := c.doublingStep(partner, out, l, h, rl, rh, es); err != nil {
+		if err := c.doublingStep(partner, out, l, h, rl, rh, es, mask<<1 < p2); err != nil {
 			return err
 		}
 		l, h = lo[k], hi[k]
@@ -138,14 +139,27 @@ func (c *Comm) halvingStep(partner int, m mem, sl, sh, kl, kh int, dt DataType, 
 
 // doublingStep sends m[sl, sh) (final data) to partner and receives
 // m[rl, rh) from it, a piece at a time, up to piecesPerStep pieces ahead.
-func (c *Comm) doublingStep(partner int, m mem, sl, sh, rl, rh, es int) error {
+//
+// waited sends straight from m, and the collective waits for those writes
+// at its end (sendWaited): the steps before the last, whose writes the
+// partner has long taken in by then; the last one's go through sendFrom
+// (staged, so that the call ends without a round trip; sending those
+// straight too measured no faster: 8 ranks over tcp, AllReduce 1 MiB 4346
+// against 4243 µs, AllGather 2662 / 2617, medians of 3 at load 15).
+func (c *Comm) doublingStep(partner int, m mem, sl, sh, rl, rh, es int, waited bool) error {
 	ce := c.chunkElems(es)
 	ns, nr := ceilDiv(sh-sl, ce), ceilDiv(rh-rl, ce)
 	ahead := c.piecesPerStep() - 1
 	for j := 0; j < ns || j-ahead < nr; j++ {
 		if j < ns {
 			st := sl + j*ce
-			if err := c.sendFrom(c.ch(partner, j), m, m.at(st, min(st+ce, sh), es)); err != nil {
+			var err error
+			if waited {
+				err = c.sendWaited(c.ch(partner, j), m, m.at(st, min(st+ce, sh), es))
+			} else {
+				err = c.sendFrom(c.ch(partner, j), m, m.at(st, min(st+ce, sh), es))
+			}
+			if err != nil {
 				return err
 			}
 		}
@@ -193,7 +207,7 @@ func (c *Comm) halvingAllGather(in, out mem, count, es int) error {
 	for mask := 1; mask < c.nranks; mask <<= 1 {
 		partner := r ^ mask
 		mine, theirs := (r&^(mask-1))*count, (partner&^(mask-1))*count
-		if err := c.doublingStep(partner, out, mine, mine+mask*count, theirs, theirs+mask*count, es); err != nil {
+		if err := c.doublingStep(partner, out, mine, mine+mask*count, theirs, theirs+mask*count, es, mask<<1 < c.nranks); err != nil {
 			return err
 		}
 	}
