@@ -187,8 +187,14 @@ func TestTuning(t *testing.T) {
 		{kAllGather, 8, 1 << 20, AlgoAuto, AlgoHalving, true},
 		{kAllGather, 8, 1 << 20, AlgoAuto, AlgoRing, false},
 		{kAllGather, 6, 1 << 20, AlgoAuto, AlgoRing, true},
+		{kAllGather, 8, 4 << 20, AlgoAuto, AlgoRing, true},
+		{kReduceScatter, 8, 1 << 20, AlgoAuto, AlgoHalving, true},
+		{kReduceScatter, 4, 4 << 20, AlgoAuto, AlgoHalving, true},
+		{kReduceScatter, 8, 16 << 20, AlgoAuto, AlgoRing, true},
+		{kReduceScatter, 8, 1 << 20, AlgoAuto, AlgoRing, false},
 		{kAllGather, 6, 1 << 20, AlgoHalving, AlgoRing, true}, // forced, not a power of two
-		{kReduceScatter, 8, 1 << 20, AlgoHalving, AlgoRing, true},
+		{kReduceScatter, 8, 1 << 20, AlgoHalving, AlgoHalving, true},
+		{kReduceScatter, 6, 1 << 20, AlgoHalving, AlgoRing, true},
 		{kBroadcast, 8, 1 << 20, AlgoHalving, AlgoTree, true},
 		{kAllReduce, 6, 1 << 20, AlgoHalving, AlgoHalving, true},
 	} {

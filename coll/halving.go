@@ -213,3 +213,110 @@ func (c *Comm) halvingAllGather(in, out mem, count, es int) error {
 	}
 	return nil
 }
+
+// halvingReduceScatter is recursive halving over a power-of-two rank
+// count (the caller checks): at step mask (n/2 down to 1) rank r keeps
+// the half of its current range of blocks that holds block r, sends the
+// other half to r ^ mask and adds what the partner sends for the kept
+// half. The partial sums live in the scratch region (n/2 blocks); the
+// first step sends from in, the last leaves block r in out.
+func (c *Comm) halvingReduceScatter(in, out mem, count int, dt DataType, op RedOp) error {
+	n, r, es := c.nranks, c.rank, dt.Size()
+	w, err := c.bounce(&c.hdScratch, n/2*count*es)
+	if err != nil {
+		return err
+	}
+	l, h := 0, n // blocks
+	base := 0    // the block at w's start
+	for mask := n >> 1; mask >= 1; mask >>= 1 {
+		partner := r ^ mask
+		mid := l + (h-l)/2
+		sl, sh, kl, kh := mid, h, l, mid
+		if r&mask != 0 {
+			sl, sh, kl, kh = l, mid, mid, h
+		}
+		hs := halvingSides{partner: partner, dt: dt, op: op}
+		// What goes out: in's blocks at the first step (waited for at
+		// the end: the caller may change in after), then partial sums
+		// in w (waited for too: the next call writes w again), the last
+		// step's single block through sendFrom.
+		if mask == n>>1 {
+			hs.src, hs.sst, hs.waited = in, sl*count, true
+			base = kl
+		} else {
+			hs.src, hs.sst, hs.waited = w, (sl-base)*count, mask > 1
+		}
+		hs.ns = (sh - sl) * count
+		// What comes in is added to ours (in's blocks at the first step,
+		// the partial sums after) into w, or at the last step into out.
+		hs.nk = (kh - kl) * count
+		if mask == n>>1 {
+			hs.a, hs.ast = in, kl*count
+		} else {
+			hs.a, hs.ast = w, (kl-base)*count
+		}
+		hs.dst, hs.dst0 = w, (kl-base)*count
+		if mask == 1 {
+			hs.dst, hs.dst0 = out, 0
+		}
+		if err := c.halvingSides(&hs); err != nil {
+			return err
+		}
+		l, h = kl, kh
+	}
+	c.finish(dt, op, out.b[:count*es])
+	return nil
+}
+
+// halvingSides is one exchange of halvingReduceScatter: ns elements of
+// src from sst go to partner; nk elements come from it, and dst[dst0:] =
+// a[ast:] ⊕ them.
+type halvingSides struct {
+	partner   int
+	dt        DataType
+	op        RedOp
+	src       mem
+	sst, ns   int
+	waited    bool
+	a, dst    mem
+	ast, dst0 int
+	nk        int
+}
+
+// halvingSides runs hs a piece at a time, up to piecesPerStep pieces
+// ahead (the partner sends as many as it receives: no credit cycle).
+func (c *Comm) halvingSides(hs *halvingSides) error {
+	es := hs.dt.Size()
+	ce := c.chunkElems(es)
+	np, nk := ceilDiv(hs.ns, ce), ceilDiv(hs.nk, ce)
+	ahead := c.piecesPerStep() - 1
+	for j := 0; j < np || j-ahead < nk; j++ {
+		if j < np {
+			st := hs.sst + j*ce
+			b := hs.src.at(st, min(st+ce, hs.sst+hs.ns), es)
+			ch := c.ch(hs.partner, j)
+			var err error
+			if hs.waited {
+				err = c.sendWaited(ch, hs.src, b)
+			} else {
+				err = c.sendFrom(ch, hs.src, b)
+			}
+			if err != nil {
+				return err
+			}
+		}
+		if i := j - ahead; i >= 0 && i < nk {
+			e := min(ce, hs.nk-i*ce)
+			ch := c.ch(hs.partner, i)
+			slot, err := c.recv(ch, e*es)
+			if err != nil {
+				return err
+			}
+			apply(hs.dt, hs.op, hs.dst.at(hs.dst0+i*ce, hs.dst0+i*ce+e, es), slot, hs.a.at(hs.ast+i*ce, hs.ast+i*ce+e, es))
+			if err := c.release(ch); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}

@@ -320,6 +320,8 @@ func (c *Comm) ReduceScatter(ctx context.Context, send, recv []byte, dt DataType
 			c.finish(dt, op, out.b)
 		case k.algo == AlgoDirect:
 			err = c.directReduceScatter(in, out, count, dt, op)
+		case k.algo == AlgoHalving:
+			err = c.halvingReduceScatter(in, out, count, dt, op)
 		default:
 			err = c.ringReduceScatter(in, out, count, dt, op)
 		}
