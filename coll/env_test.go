@@ -131,6 +131,8 @@ func TestAlgoProtoEnv(t *testing.T) {
 		{ncclAlgo: "Ring", ncclProto: "LL", want: AlgoRing, wantP: ProtoLL},
 		{ncclAlgo: "Tree,Ring", ncclProto: "^LL128", want: AlgoAuto, wantP: ProtoAuto}, // NCCL lists: auto
 		{algo: "tree", ncclAlgo: "ring", want: AlgoTree},                               // ours wins
+		{algo: "Halving", want: AlgoHalving},
+		{algo: "rabenseifner", want: AlgoHalving},
 		{algo: "nvls", bad: true},
 		{proto: "fast", bad: true},
 	} {
