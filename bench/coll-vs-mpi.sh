@@ -28,7 +28,8 @@
 # both (--bind-to none); rdmakit-tcp is not pinned, its
 # transport's reader goroutines need room; RDMAKIT_ENV may override it),
 # RAW_IN (make the tables from an earlier run's raw.tsv instead of
-# measuring).
+# measuring), RDMAKIT_BIN (run that rdmakit binary instead of building
+# this tree's: an A/B against another commit's build).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -61,7 +62,11 @@ if [ -z "${NO_APT:-}" ]; then
 fi
 
 # --- build ------------------------------------------------------------------
-go build -o "$OUT/rdmakit" ./cmd/rdmakit
+if [ -n "${RDMAKIT_BIN:-}" ]; then
+  cp "$RDMAKIT_BIN" "$OUT/rdmakit"
+else
+  go build -o "$OUT/rdmakit" ./cmd/rdmakit
+fi
 HAVE_MPI=no; HAVE_GLOO=no
 GLOO_NOTE=""
 if command -v mpicc >/dev/null && mpicc -O2 -o "$OUT/mpi_coll_bench" bench/src/mpi_coll_bench.c 2>"$OUT/mpicc.log"; then

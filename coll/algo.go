@@ -134,11 +134,7 @@ func (c *Comm) sendFrom(ch *channel, m mem, b []byte) error {
 		return c.send(ch, b, m.key(ch.q.ep))
 	}
 	if len(b) > stageMax {
-		if err := c.send(ch, b, m.key(ch.q.ep)); err != nil {
-			return err
-		}
-		ch.q.needed = ch.q.posted - 1 // the data write; the flag is inline
-		return nil
+		return c.sendWaited(ch, m, b)
 	}
 	if err := c.reserve(ch); err != nil {
 		return err
@@ -148,6 +144,26 @@ func (c *Comm) sendFrom(ch *channel, m mem, b []byte) error {
 		return err
 	}
 	return c.post(ch, buf[:copy(buf, b)], key)
+}
+
+// sendWaited sends b (a part of m) on ch straight from m, and the
+// collective waits for the write at its end (drain): m must stay
+// unchanged until then, and the caller may change it after.
+func (c *Comm) sendWaited(ch *channel, m mem, b []byte) error {
+	if err := c.send(ch, b, m.key(ch.q.ep)); err != nil {
+		return err
+	}
+	if !ch.q.ep.sync && len(b) > ch.inline {
+		ch.q.needed = ch.q.posted - 1 // the data write; the flag is inline
+	}
+	return nil
+}
+
+// sendHeld sends b (a part of m) on ch straight from m, never staged: the
+// caller knows that m keeps b until the peer has taken the message in (on
+// tcp a write reads its source some time after posting, see sendFrom).
+func (c *Comm) sendHeld(ch *channel, m mem, b []byte) error {
+	return c.send(ch, b, m.key(ch.q.ep))
 }
 
 // ringAllReduce: reduce-scatter then all-gather around the ring. At step s
@@ -184,21 +200,39 @@ func (c *Comm) ringAllReduce(in, out mem, count int, dt DataType, op RedOp) erro
 					}
 					nc, pc := c.peers[next].ch[ci], c.peers[prev].ch[ci]
 					if s == 0 {
-						if err := c.sendFrom(nc, in, in.at(st, en, es)); err != nil {
+						// Unstaged: in's block is overwritten (in place)
+						// or the call returns only once the final values
+						// of this block came back round, after next
+						// took it in.
+						if err := c.sendHeld(nc, in, in.at(st, en, es)); err != nil {
 							return err
 						}
 						continue
 					}
 					o := out.at(st, en, es)
-					if s <= n-1 {
+					if s < n-1 {
+						// A partial sum: as at step 0, it is overwritten
+						// only by the block's final values.
 						slot, err := c.recv(pc, (en-st)*es)
 						if err != nil {
 							return err
 						}
 						apply(dt, op, o, slot, in.at(st, en, es))
-						if s == n-1 {
-							c.finish(dt, op, o)
+						if err := c.release(pc); err != nil {
+							return err
 						}
+						if err := c.sendHeld(nc, out, o); err != nil {
+							return err
+						}
+						continue
+					}
+					if s == n-1 {
+						slot, err := c.recv(pc, (en-st)*es)
+						if err != nil {
+							return err
+						}
+						apply(dt, op, o, slot, in.at(st, en, es))
+						c.finish(dt, op, o)
 						if err := c.release(pc); err != nil {
 							return err
 						}

@@ -16,7 +16,7 @@ func TestInProcess(t *testing.T) {
 		for _, tr := range []string{"shm", "tcp"} {
 			t.Run(fmt.Sprintf("n%d/%s", n, tr), func(t *testing.T) {
 				sc := scenario{kinds: allKinds, types: DataTypes, ops: RedOps, counts: []int{1, 7, 3001},
-					algos: []Algorithm{AlgoRing, AlgoTree, AlgoDirect}, roots: []int{0, 1}}
+					algos: []Algorithm{AlgoRing, AlgoTree, AlgoDirect, AlgoHalving}, roots: []int{0, 1}}
 				if tr == "tcp" || testing.Short() {
 					sc.types = []DataType{Int8, Float16, Float32, Float64}
 					sc.ops = []RedOp{Sum, Max, Avg}
@@ -39,7 +39,7 @@ func TestLargeCounts(t *testing.T) {
 	for _, tr := range []string{"shm", "tcp"} {
 		t.Run(tr, func(t *testing.T) {
 			sc := scenario{kinds: allKinds, types: []DataType{Float32, Float16}, ops: []RedOp{Sum, Avg}, counts: counts,
-				algos: []Algorithm{AlgoRing, AlgoTree, AlgoDirect}, roots: []int{2}}
+				algos: []Algorithm{AlgoRing, AlgoTree, AlgoDirect, AlgoHalving}, roots: []int{2}}
 			chunk := map[string]int{"shm": 4096, "tcp": 16384}[tr]
 			noErrors(t, runRanks(t, 3, Options{Transport: tr, ChunkSize: chunk, Slots: 4, Channels: 2}, func(c *Comm) error {
 				return exercise(context.Background(), c, sc)
@@ -64,6 +64,31 @@ func TestDirectRanks(t *testing.T) {
 				sc := scenario{kinds: []string{"allreduce", "reducescatter", "allgather"},
 					types: []DataType{Int8, Float16, Float32, Float64}, ops: []RedOp{Sum, Max, Avg},
 					counts: []int{1, 7, 3001}, algos: []Algorithm{AlgoDirect, AlgoAuto}}
+				noErrors(t, runRanks(t, n, Options{Transport: tr, ChunkSize: 4096, Slots: 4, Channels: 2}, func(c *Comm) error {
+					return exercise(context.Background(), c, sc)
+				}))
+			})
+		}
+	}
+}
+
+// TestHalvingRanks checks the halving algorithms (forced) at 4 to 8
+// ranks, powers of two and not: odd sizes, sizes smaller than the rank
+// count, several chunks, in and out of place.
+func TestHalvingRanks(t *testing.T) {
+	ns := []int{4, 5, 6, 8}
+	if testing.Short() {
+		ns = []int{4, 5}
+	}
+	for _, n := range ns {
+		for _, tr := range []string{"shm", "tcp"} {
+			if tr == "tcp" && n > 5 {
+				continue // the same code; 4 and 5 ranks exercise it
+			}
+			t.Run(fmt.Sprintf("n%d/%s", n, tr), func(t *testing.T) {
+				sc := scenario{kinds: []string{"allreduce", "allgather", "reducescatter", "broadcast"},
+					types: []DataType{Int8, Float16, Float32, Float64}, ops: []RedOp{Sum, Max, Avg},
+					counts: []int{1, 3, 7, 3001, 20011}, algos: []Algorithm{AlgoHalving}, roots: []int{1}}
 				noErrors(t, runRanks(t, n, Options{Transport: tr, ChunkSize: 4096, Slots: 4, Channels: 2}, func(c *Comm) error {
 					return exercise(context.Background(), c, sc)
 				}))

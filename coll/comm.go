@@ -61,6 +61,8 @@ type Comm struct {
 	op       opState
 	bounceIn region
 	bounceOu region
+	// hdScratch holds halvingReduceScatter's partial sums.
+	hdScratch region
 	// foldIn and scratch serve foldRanks (direct.go).
 	foldIn  [][]byte
 	scratch []byte

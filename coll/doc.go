@@ -77,15 +77,20 @@
 // garbage.
 //
 // AllReduce uses a ring (reduce-scatter then all-gather, bandwidth-
-// optimal), recursive doubling (log₂ N steps, for small messages) or a
+// optimal), recursive doubling (log₂ N steps, for small messages), a
 // direct exchange (one step: every rank sends its vector to every other
 // and folds them in rank order; small messages among three or more
-// ranks); AllGather and ReduceScatter the ring or the direct exchange;
-// Broadcast and Reduce a pipelined chain or a binomial tree; AllToAll
-// pairwise exchange. The choice follows a small tuning table by
-// collective, rank count and size (tune.go; Options.TreeThreshold moves
-// the tree/ring cross-over) unless RDMAKIT_COLL_ALGO=ring|tree|direct
-// (else NCCL_ALGO) or Options.Algorithm forces it.
+// ranks) or halving (Rabenseifner's: a reduce-scatter by recursive
+// halving, then an all-gather by recursive doubling, the ring's bytes in
+// 2 log₂ N steps); AllGather and ReduceScatter the ring, the direct
+// exchange or, for a power-of-two N, recursive doubling (AllGather) and
+// halving (ReduceScatter); Broadcast and Reduce a pipelined chain or a
+// binomial tree; AllToAll pairwise exchange. The choice follows a small
+// tuning table by collective, rank count and size (tune.go;
+// Options.TreeThreshold moves the tree/ring cross-over; over tcp from 4
+// ranks, a power of two, halving replaces the ring up to 16 MiB/N)
+// unless RDMAKIT_COLL_ALGO=ring|tree|direct|halving (else NCCL_ALGO) or
+// Options.Algorithm forces it.
 //
 // Writes to a device with CapWriteOnPost (shm) are done when posted, so
 // small messages travel in the LL format (data and flags in one write;
@@ -139,7 +144,7 @@
 //	RDMAKIT_COLL_ADDR, _PORT     rendezvous address (rank 0 listens there)
 //	RDMAKIT_COLL_TIMEOUT         stall timeout of a collective (default 5m)
 //	RDMAKIT_COLL_BOOTSTRAP_TIMEOUT  forming the communicator, and Close (default 2m)
-//	RDMAKIT_COLL_ALGO            ring | tree | direct | auto (NCCL_ALGO is read too)
+//	RDMAKIT_COLL_ALGO            ring | tree | direct | halving | auto (NCCL_ALGO is read too)
 //	RDMAKIT_COLL_PROTO           LL | Simple | auto (NCCL_PROTO is read too)
 //	RDMAKIT_COLL_TREE_THRESHOLD  bytes below which auto picks tree (default 64K)
 //	RDMAKIT_COLL_TRANSPORT       shm | tcp | roce | ibverbs | auto

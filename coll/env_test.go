@@ -131,6 +131,8 @@ func TestAlgoProtoEnv(t *testing.T) {
 		{ncclAlgo: "Ring", ncclProto: "LL", want: AlgoRing, wantP: ProtoLL},
 		{ncclAlgo: "Tree,Ring", ncclProto: "^LL128", want: AlgoAuto, wantP: ProtoAuto}, // NCCL lists: auto
 		{algo: "tree", ncclAlgo: "ring", want: AlgoTree},                               // ours wins
+		{algo: "Halving", want: AlgoHalving},
+		{algo: "rabenseifner", want: AlgoHalving},
 		{algo: "nvls", bad: true},
 		{proto: "fast", bad: true},
 	} {
@@ -177,6 +179,26 @@ func TestTuning(t *testing.T) {
 		{kAllReduce, 4, 4 << 10, AlgoAuto, AlgoTree, true},
 		{kAllReduce, 8, 8, AlgoDirect, AlgoDirect, true},
 		{kAllGather, 4, 4 << 10, AlgoAuto, AlgoDirect, true},
+		{kAllReduce, 4, 64 << 10, AlgoAuto, AlgoTree, true},
+		{kAllReduce, 4, 1 << 20, AlgoAuto, AlgoHalving, true},
+		{kAllReduce, 8, 1 << 20, AlgoAuto, AlgoHalving, true},
+		{kAllReduce, 8, 16 << 20, AlgoAuto, AlgoRing, true},
+		{kAllReduce, 6, 1 << 20, AlgoAuto, AlgoRing, true},  // not a power of two
+		{kAllReduce, 2, 1 << 20, AlgoAuto, AlgoRing, true},  // two steps either way
+		{kAllReduce, 8, 1 << 20, AlgoAuto, AlgoRing, false}, // shm
+		{kAllGather, 8, 1 << 20, AlgoAuto, AlgoHalving, true},
+		{kAllGather, 8, 1 << 20, AlgoAuto, AlgoRing, false},
+		{kAllGather, 6, 1 << 20, AlgoAuto, AlgoRing, true},
+		{kAllGather, 8, 4 << 20, AlgoAuto, AlgoRing, true},
+		{kReduceScatter, 8, 1 << 20, AlgoAuto, AlgoHalving, true},
+		{kReduceScatter, 4, 4 << 20, AlgoAuto, AlgoHalving, true},
+		{kReduceScatter, 8, 16 << 20, AlgoAuto, AlgoRing, true},
+		{kReduceScatter, 8, 1 << 20, AlgoAuto, AlgoRing, false},
+		{kAllGather, 6, 1 << 20, AlgoHalving, AlgoRing, true}, // forced, not a power of two
+		{kReduceScatter, 8, 1 << 20, AlgoHalving, AlgoHalving, true},
+		{kReduceScatter, 6, 1 << 20, AlgoHalving, AlgoRing, true},
+		{kBroadcast, 8, 1 << 20, AlgoHalving, AlgoTree, true},
+		{kAllReduce, 6, 1 << 20, AlgoHalving, AlgoHalving, true},
 	} {
 		o, _ := Options{Algorithm: c.forced}.resolve()
 		cm := &Comm{nranks: c.n, opts: o, anyTCP: c.tcp}

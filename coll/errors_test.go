@@ -253,6 +253,9 @@ func TestNoAllocs(t *testing.T) {
 						direct(c, func() error { return c.AllReduce(ctx, small, small, Float32, Sum) }),
 						direct(c, func() error { return c.AllGather(ctx, small[:32], small, Float32) }),
 						direct(c, func() error { return c.ReduceScatter(ctx, small, small[:32], Float32, Sum) }),
+						halving(c, func() error { return c.AllReduce(ctx, big, big, Float32, Sum) }),
+						halving(c, func() error { return c.AllGather(ctx, big[c.Rank()*len(big)/2:][:len(big)/2], big, Float32) }),
+						halving(c, func() error { return c.ReduceScatter(ctx, big, big[c.Rank()*len(big)/2:][:len(big)/2], Float32, Sum) }),
 						c.Barrier(ctx),
 					} {
 						if err != nil {
@@ -296,14 +299,21 @@ func TestNoAllocs(t *testing.T) {
 				// coll allocates nothing; the tcp transport's goroutines
 				// (netpoll wake-ups) allocate now and then.
 				if limit := map[string]float64{"shm": 0, "tcp": 3}[tr]; allocs > limit {
-					t.Errorf("%v allocations per round of 8 collectives", allocs)
+					t.Errorf("%v allocations per round of 11 collectives", allocs)
 				} else {
-					t.Logf("%v allocations per round of 8 collectives (all goroutines)", allocs)
+					t.Logf("%v allocations per round of 11 collectives (all goroutines)", allocs)
 				}
 				return ferr
 			}))
 		})
 	}
+}
+
+// halving runs f with the halving algorithms forced.
+func halving(c *Comm, f func() error) error {
+	c.opts.Algorithm = AlgoHalving
+	defer func() { c.opts.Algorithm = AlgoAuto }()
+	return f()
 }
 
 // direct runs f with the direct algorithms forced.

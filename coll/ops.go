@@ -236,6 +236,8 @@ func (c *Comm) AllReduce(ctx context.Context, send, recv []byte, dt DataType, op
 			err = c.directAllReduce(in, out, count, dt, op)
 		case k.algo == AlgoTree:
 			err = c.treeAllReduce(in, out, count, dt, op)
+		case k.algo == AlgoHalving:
+			err = c.halvingAllReduce(in, out, count, dt, op)
 		default:
 			err = c.ringAllReduce(in, out, count, dt, op)
 		}
@@ -280,6 +282,8 @@ func (c *Comm) AllGather(ctx context.Context, send, recv []byte, dt DataType) er
 			copy(out.b, in.b)
 		case k.algo == AlgoDirect:
 			err = c.directAllGather(in, out, count, dt.Size())
+		case k.algo == AlgoHalving:
+			err = c.halvingAllGather(in, out, count, dt.Size())
 		default:
 			err = c.ringAllGather(in, out, count, dt.Size())
 		}
@@ -316,6 +320,8 @@ func (c *Comm) ReduceScatter(ctx context.Context, send, recv []byte, dt DataType
 			c.finish(dt, op, out.b)
 		case k.algo == AlgoDirect:
 			err = c.directReduceScatter(in, out, count, dt, op)
+		case k.algo == AlgoHalving:
+			err = c.halvingReduceScatter(in, out, count, dt, op)
 		default:
 			err = c.ringReduceScatter(in, out, count, dt, op)
 		}

@@ -170,7 +170,7 @@ func (o Options) resolve() (Options, error) {
 			o.Algorithm = a // NCCL's lists and GPU-only names: auto
 		}
 	}
-	if o.Algorithm > AlgoDirect {
+	if o.Algorithm > AlgoHalving {
 		return o, fmt.Errorf("%w: algorithm %d", ErrInvalidArgument, o.Algorithm)
 	}
 	if o.Protocol == ProtoAuto {

@@ -153,12 +153,18 @@ type Algorithm uint8
 // ReduceScatter send each block to its destination at once. AllGather and
 // ReduceScatter have no tree (AlgoTree means ring for them); Broadcast and
 // Reduce have no direct form (AlgoDirect means tree for them). AllToAll
-// always exchanges directly.
+// always exchanges directly. AlgoHalving is recursive halving and
+// doubling: AllReduce by Rabenseifner's algorithm (a reduce-scatter by
+// recursive halving, then an all-gather by recursive doubling: the ring's
+// bytes in 2 log₂ n steps), AllGather by recursive doubling when the rank
+// count is a power of two (else the ring); ReduceScatter uses the ring and
+// Broadcast and Reduce the tree.
 const (
 	AlgoAuto Algorithm = iota
 	AlgoRing
 	AlgoTree
 	AlgoDirect
+	AlgoHalving
 )
 
 func (a Algorithm) String() string {
@@ -171,12 +177,14 @@ func (a Algorithm) String() string {
 		return "tree"
 	case AlgoDirect:
 		return "direct"
+	case AlgoHalving:
+		return "halving"
 	}
 	return fmt.Sprintf("Algorithm(%d)", uint8(a))
 }
 
-// ParseAlgorithm parses ring, tree, direct or auto (case-insensitive, as
-// NCCL_ALGO).
+// ParseAlgorithm parses ring, tree, direct, halving or auto
+// (case-insensitive, as NCCL_ALGO).
 func ParseAlgorithm(s string) (Algorithm, error) {
 	switch strings.ToLower(strings.TrimSpace(s)) {
 	case "", "auto":
@@ -187,8 +195,10 @@ func ParseAlgorithm(s string) (Algorithm, error) {
 		return AlgoTree, nil
 	case "direct", "one_shot", "oneshot":
 		return AlgoDirect, nil
+	case "halving", "rabenseifner", "rhd":
+		return AlgoHalving, nil
 	}
-	return 0, fmt.Errorf("%w: unknown algorithm %q (ring, tree, direct or auto)", ErrInvalidArgument, s)
+	return 0, fmt.Errorf("%w: unknown algorithm %q (ring, tree, direct, halving or auto)", ErrInvalidArgument, s)
 }
 
 // Protocol selects how small messages travel between ranks of one host.

@@ -208,7 +208,7 @@ var collFlags = []collFlag{
 	{0, []string{"transport"}, true, true, "force the transport between all ranks: shm, tcp, roce or ibverbs (default: RDMAKIT_COLL_TRANSPORT or auto)", func(p *collPerfFlags, v string) error { p.opts.Transport = v; return nil }},
 	{0, []string{"hca"}, true, true, "RDMA devices, as NCCL_IB_HCA: mlx5_0, mlx5_0:1, =mlx5_0, ^mlx5_1, lists", func(p *collPerfFlags, v string) error { p.opts.HCA = v; return nil }},
 	{0, []string{"gid-index"}, true, true, "RoCE GID index (default: RDMAKIT_COLL_GID_INDEX, NCCL_IB_GID_INDEX or auto)", func(p *collPerfFlags, v string) error { p.opts.GIDIndex = v; return nil }},
-	{0, []string{"algo"}, true, true, "force the algorithm: ring or tree (default: RDMAKIT_COLL_ALGO or auto)", func(p *collPerfFlags, v string) error {
+	{0, []string{"algo"}, true, true, "force the algorithm: ring, tree, direct or halving (default: RDMAKIT_COLL_ALGO or auto)", func(p *collPerfFlags, v string) error {
 		a, err := coll.ParseAlgorithm(v)
 		if err != nil {
 			return usagef("--algo: %v", err)
