@@ -204,8 +204,11 @@ type link struct {
 	rpins  [rc.MaxSGE]keytab.Pin
 	pkt    rcproto.Packet
 	// READ_RESP status trailer (handleResponse)
-	trailer  [trailerLen]byte
-	trailSeg [1][]byte
+	trailer [trailerLen]byte
+	// pl is the frame whose payload is being moved into place (payload.go);
+	// nb: the holder of the read side is a poller, which never waits.
+	pl payload
+	nb bool
 }
 
 func newLink(d *qpDriver, peer qpAddr, ip net.IP, dialer bool, rqpsn psn, maxDestRd int) *link {
@@ -415,6 +418,7 @@ func (l *link) run() {
 	if err == nil {
 		err = l.readLoop()
 	}
+	l.abortPayload()
 	if err == errLinger {
 		l.linger()
 		err = errStopped

@@ -130,11 +130,16 @@ func (l *link) poll() (busy bool) {
 	return busy
 }
 
-// pump handles the whole frames in the buffer, reading what has arrived
-// (twice at most), and writes what it owes. rmu is held.
+// pump handles the frames that have arrived, reading what has arrived
+// (without waiting), and writes what it owes. A payload goes straight
+// into place as it arrives (payload.go); what has not arrived yet is left
+// in l.pl for the next poll or the link goroutine. rmu is held.
 func (l *link) pump() (busy bool) {
 	var f frame
+	start := l.progress.Load()
 	reads, drained := 0, false
+	l.nb = true
+	defer func() { l.nb = false }()
 	for {
 		if l.stall {
 			l.kickLocked() // awaitOutput blocks: the link goroutine's
@@ -143,42 +148,50 @@ func (l *link) pump() (busy bool) {
 		if l.owedFrames >= flushFrames || l.owedBytes >= flushBytes {
 			l.flushOwed()
 		}
-		whole, big, err := l.buffered(&f)
+		var err error
+		switch {
+		case l.pl.active:
+			err = l.runPayload()
+		case l.rend-l.rpos >= headerLen:
+			var h header
+			if h, err = parseHeader(l.rbuf[l.rpos:l.rend]); err != nil {
+				err = l.protocolError(err)
+				break
+			}
+			h.decode(&f)
+			l.pollFrames.Add(1)
+			err = l.handleFrame(&f)
+		default:
+			if reads == 2 || drained {
+				goto out
+			}
+			got, short := l.pollRead()
+			if !got {
+				goto out
+			}
+			// A read that left room in the buffer took all there was:
+			// another would most likely find nothing (a system call per
+			// message saved); the next poll looks again.
+			drained = short
+			reads++
+			continue
+		}
+		if err == errMore {
+			break // the socket has no more for now
+		}
 		if err != nil {
-			l.perr = l.protocolError(err)
+			// The end of the link (a malformed frame, a read error): the
+			// link goroutine's (it finishes a payload in progress first).
+			l.perr = err
 			l.kickLocked()
 			return true
 		}
-		if big {
-			l.kickLocked() // the link goroutine reads it into place
-			return true
-		}
-		if whole {
-			l.pollFrames.Add(1)
-			if err := l.handleFrame(&f); err != nil {
-				l.perr = err
-				l.kickLocked()
-				return true
-			}
-			continue
-		}
-		if reads == 2 || drained {
-			break
-		}
-		got, short := l.pollRead()
-		if !got {
-			break
-		}
-		// A read that left room in the buffer took all there was:
-		// another would most likely find nothing (a system call per
-		// message saved); the next poll looks again.
-		drained = short
-		reads++
 	}
+out:
 	if !l.deferAck() {
 		l.flushOwed()
 	}
-	return reads > 0
+	return l.progress.Load() != start
 }
 
 // deferAck decides whether a poller may leave the ACK it owes for the
@@ -209,30 +222,6 @@ func (l *link) deferAck() bool {
 	l.drainResponses(true)
 	l.owedFrames, l.owedBytes = 0, 0
 	return true
-}
-
-// buffered reports whether the buffer holds the next frame whole (its
-// header decoded into f), and big when a poller leaves it to the link
-// goroutine (its payload is to be read straight into place; the rest of
-// it has still to come from the socket, which wakes the link goroutine).
-func (l *link) buffered(f *frame) (whole, big bool, err error) {
-	have := l.rend - l.rpos
-	if have < headerLen {
-		return false, false, nil
-	}
-	h, err := parseHeader(l.rbuf[l.rpos:l.rend])
-	if err != nil {
-		return false, false, err
-	}
-	h.decode(f)
-	need := headerLen
-	if f.op.hasPayload() {
-		need += int(f.length)
-		if f.op == opReadResp && f.flags&flagStatus != 0 {
-			need += trailerLen
-		}
-	}
-	return need <= have, need > len(l.rbuf), nil
 }
 
 // pollRead is a poller's non-blocking read into the buffer; got is false
