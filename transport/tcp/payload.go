@@ -151,7 +151,7 @@ func (l *link) movePayload() error {
 			p.skip -= c
 			continue
 		}
-		if err := l.more(); err != nil {
+		if err := l.more(p.skip); err != nil {
 			return err
 		}
 	}
@@ -173,7 +173,7 @@ func (l *link) place(seg []byte, tab keytab.Table, pin keytab.Pin) (int, error) 
 		return c, nil
 	}
 	if len(seg) < directRead {
-		return 0, l.more()
+		return 0, l.more(len(seg))
 	}
 	if l.owedBytes >= flushBytes {
 		l.flushOwed() // a long payload: don't sit on what we owe
@@ -198,13 +198,14 @@ func (l *link) place(seg []byte, tab keytab.Table, pin keytab.Pin) (int, error) 
 	return k, err
 }
 
-// more reads what has arrived into the buffer: the link goroutine waits
-// for at least a byte, a poller gets errMore when nothing is there.
-func (l *link) more() error {
+// more reads what has arrived into the buffer (want bytes are expected):
+// the link goroutine waits for at least a byte, a poller gets errMore when
+// nothing is there.
+func (l *link) more(want int) error {
 	if !l.nb {
-		return l.fill(1)
+		return l.fill(min(want, len(l.rbuf)))
 	}
-	if got, _ := l.pollRead(); !got {
+	if got, _ := l.pollRead(want); !got {
 		return errMore
 	}
 	return nil

@@ -165,7 +165,7 @@ func (l *link) pump() (busy bool) {
 			if reads == 2 || drained {
 				goto out
 			}
-			got, short := l.pollRead()
+			got, short := l.pollRead(headerLen)
 			if !got {
 				goto out
 			}
@@ -224,14 +224,14 @@ func (l *link) deferAck() bool {
 	return true
 }
 
-// pollRead is a poller's non-blocking read into the buffer; got is false
-// when nothing came (an error or the end of the stream is left to the link
-// goroutine, which finds the socket readable), short when the read did
-// not fill the buffer.
-func (l *link) pollRead() (got, short bool) {
+// pollRead is a poller's non-blocking read into the buffer, of want
+// bytes at least if there is room (room); got is false when nothing came
+// (an error or the end of the stream is left to the link goroutine, which
+// finds the socket readable), short when the read did not fill the room
+// it had.
+func (l *link) pollRead(want int) (got, short bool) {
 	if l.rpos > 0 && len(l.rbuf)-l.rend < len(l.rbuf)/2 {
-		// Room for the frame in progress (it fits whole in the buffer,
-		// buffered) and what follows.
+		// Room for what follows.
 		copy(l.rbuf, l.rbuf[l.rpos:l.rend])
 		l.rend -= l.rpos
 		l.rpos = 0
@@ -239,14 +239,15 @@ func (l *link) pollRead() (got, short bool) {
 	if l.rend == len(l.rbuf) {
 		return false, false
 	}
-	n, err := l.tryRead(l.rbuf[l.rend:])
+	b := l.room(want)
+	n, err := l.tryRead(b)
 	if err != nil {
 		return false, false
 	}
 	l.rend += n
 	l.owedBytes += n
 	l.progress.Add(1)
-	return true, l.rend < len(l.rbuf)
+	return true, n < len(b)
 }
 
 // kickLocked hands the read side to the link goroutine (rmu held): a
@@ -287,14 +288,14 @@ func (l *link) idle() error {
 		// readWait's own first read does.
 		err = sys.ErrAgain
 		if l.owes() {
-			n, err = l.tryRead(l.rbuf[l.rend:])
+			n, err = l.tryRead(l.room(headerLen))
 		}
 		if err == sys.ErrAgain {
 			l.flushOwed()
-			n, err = l.readWait(l.rbuf[l.rend:])
+			n, err = l.readWait(l.room(headerLen))
 		}
 	} else {
-		n, err = l.tryRead(l.rbuf[l.rend:])
+		n, err = l.tryRead(l.room(headerLen))
 		if err == sys.ErrAgain {
 			l.flushOwed()
 			n, err = l.idleSpin()
@@ -375,7 +376,7 @@ func (l *link) idleSpin() (int, error) {
 	n, err := 0, error(sys.ErrAgain)
 	if spinning.Add(1) <= maxSpinning {
 		l.setLowat(true) // the spin finds the input: no thread need wake for it
-		n, err = l.spin(l.rbuf[l.rend:], &p)
+		n, err = l.spin(l.room(headerLen), &p)
 	}
 	spinning.Add(-1)
 	return n, err
@@ -555,19 +556,26 @@ func (l *link) waitInput() error {
 // without waiting, which SO_RCVLOWAT does not affect; the end of the
 // stream and errors still wake.
 func (l *link) setLowat(high bool) {
-	if l.lowatHigh == high {
-		return
-	}
-	l.lowatHigh = high
 	if high {
-		l.raw.Control(l.lowatHighFn)
+		l.setLowatN(math.MaxInt32)
 	} else {
-		l.raw.Control(l.lowatLowFn)
+		l.setLowatN(1)
 	}
 }
 
-func (l *link) rawLowatHigh(fd uintptr) { sys.SetRcvLowat(int(fd), math.MaxInt32) }
-func (l *link) rawLowatLow(fd uintptr)  { sys.SetRcvLowat(int(fd), 1) }
+// setLowatN sets SO_RCVLOWAT to n unless it is n already (the reader
+// only). Every wait for input sets the value it needs first: 1 between
+// frames, the rest of a payload chunk in the middle of one
+// (readDirectPinned), the maximum while pollers read.
+func (l *link) setLowatN(n int) {
+	if l.lowat == n {
+		return
+	}
+	l.lowat = n
+	l.raw.Control(l.lowatFn)
+}
+
+func (l *link) rawLowat(fd uintptr) { sys.SetRcvLowat(int(fd), l.lowat) }
 
 // Sleep is soft.Progresser: a waiter on cq is about to sleep in CQ.Wait,
 // so progress is up to the readers again. It wakes those that leave the
