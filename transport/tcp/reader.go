@@ -272,9 +272,13 @@ func (l *link) rawRead(fd uintptr) {
 // busy-poll: in the middle of a large payload the sender is streaming, and
 // a spinning reader only takes CPU from it (tcp0 write_bw 1 MiB and
 // read_bw 64 KiB measured 0.6-0.7x with the spin on a 2-core host); one
-// wake-up is cheap against a large read.
+// wake-up is cheap against a large read. It waits for all of seg, not
+// for a byte (SO_RCVLOWAT len(seg), which the kernel caps by the receive
+// buffer; the end of the stream and errors still wake): the rest of a
+// payload is on its way, and a reader woken for each part that arrives
+// costs a wake-up and a read each (tcp0 RDMA Read 256 KiB: 3 or 4 waits
+// per Read, each a thread wake-up on a 2-core host).
 func (l *link) readDirectPinned(seg []byte, tab keytab.Table, pin keytab.Pin) (int, error) {
-	l.setLowat(false)
 	l.tryBuf, l.ptab, l.pin = seg, tab, pin
 	defer func() { l.tryBuf, l.ptab, l.pin = nil, keytab.Table{}, keytab.Pin{} }()
 	for wait := false; ; wait = true {
@@ -287,6 +291,7 @@ func (l *link) readDirectPinned(seg []byte, tab keytab.Table, pin keytab.Pin) (i
 			return 0, errDeregistered
 		case l.tryErr == sys.ErrAgain:
 			l.flushOwed()
+			l.setLowatN(len(seg))
 			continue
 		case l.tryErr != nil:
 			return 0, l.tryErr
