@@ -191,7 +191,7 @@ type link struct {
 	keys       keytab.Cache // last rkey resolved
 	rdMem      []byte       // data of the READ_RESP the responder queued last
 	rdPin      keytab.Pin   // and its key's pin
-	// pinned non-blocking read (readPinned, rawReadPinned)
+	// pinned read (readDirectPinned, rawReadPinned)
 	ptab      keytab.Table
 	pin       keytab.Pin
 	pinWait   bool

@@ -11,12 +11,12 @@ package tcp
 // destination) whoever reads it: what the buffer already holds of it is
 // copied from there, the rest is read straight into place.
 //
-// Memory rules are those of readPinned: each piece (a copy from the
-// buffer, one read) is moved under the region's in-use count (keytab
-// EnterOpt), so a Dereg waits for the piece in progress and, between
-// pieces (between polls, say), makes the rest fail: it is discarded, and
-// the frame finishes as lost (WRITE: RemoteAccess; SEND: the receive
-// completes with LocalProtection; READ: LocalProtection).
+// Memory rules: each piece (a copy from the buffer, one read) is moved
+// under the region's in-use count (keytab EnterOpt), so a Dereg waits for
+// the piece in progress and, between pieces (between polls, say), makes
+// the rest fail: it is discarded, and the frame finishes as lost (WRITE:
+// RemoteAccess; SEND: the receive completes with LocalProtection; READ:
+// LocalProtection).
 
 import (
 	"encoding/binary"

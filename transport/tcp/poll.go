@@ -12,12 +12,12 @@ package tcp
 // wake-up per message, or two spinning threads per process).
 //
 // Ownership: rmu is held by the link goroutine from its start, except
-// while it waits between frames (idle, await). A poller handles only
-// frames that are whole in its buffer and never blocks. What it must not
-// do it hands to the link goroutine with a kick (kickLocked): a payload
-// too large for its buffer (read straight into place), the output stall
-// (awaitOutput blocks), the end of the link (an error, a responder
-// failure that lingers). The kick sets handover, which keeps pollers off,
+// while it waits between frames (idle, await). A poller never blocks: it
+// moves the part of a payload that has arrived straight into place and
+// leaves the rest in l.pl (payload.go), which the next holder of rmu
+// finishes first. What it must not do it hands to the link goroutine
+// with a kick (kickLocked): the output stall (awaitOutput blocks), the
+// end of the link (an error, a responder failure that lingers). The kick sets handover, which keeps pollers off,
 // wakes the link goroutine from either of its waits (rwake ends a sleep,
 // a read deadline in the past a wait for input), and the link goroutine
 // clears both under rmu before it reads. So the socket is read by one
@@ -45,13 +45,6 @@ import (
 	"github.com/rdmakit/rdmakit/internal/soft"
 	"github.com/rdmakit/rdmakit/internal/sys"
 )
-
-// A poller handles a frame only once it is whole in the link's buffer
-// (readBufSize: a 64 KiB payload with its header and trailer fits); a
-// larger one is the link goroutine's, which reads its payload straight
-// into place. Payloads a poller handles are copied once more (socket to
-// buffer to memory), which costs less than waking the link goroutine
-// (write_lat 64 KiB).
 
 // Progress is soft.Progresser: cq was found empty by a poll. Links whose
 // QP completes into cq make what progress they can. It does nothing when
