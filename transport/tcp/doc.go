@@ -84,6 +84,21 @@
 // zeros once it is gone, and its status trailer then says RemoteAccess.
 // The requester's own buffers likewise (LocalProtection).
 //
+// Copies: a payload is copied once on each side, by the kernel. The
+// sender's writev gathers headers and the application's (or, for
+// READ_RESP, the target's) memory; the receiver reads payloads straight
+// into the destination (payload.go) whoever reads them, the reader or a
+// poller, across as many reads and polls as it takes (a poller that finds
+// part of a payload moves that part and leaves the rest, in l.pl, to the
+// next poll or the reader; a Dereg in between makes the rest be
+// discarded). Only headers, small payloads (under 8 KiB) and the few
+// bytes a read takes beyond a header go through the link's buffer: after
+// a payload of 32 KiB or more, reads into the buffer take at most 1 KiB
+// for the next few frames, so that the next large payload is not read
+// into the buffer along with its header. In the middle of a payload the
+// reader waits with SO_RCVLOWAT set to the rest of the chunk it reads,
+// so that it wakes once for the chunk rather than for every part of it.
+//
 // # Goroutines and performance
 //
 // Per context: one accept goroutine, and a short-lived one per incoming
@@ -120,9 +135,9 @@
 // links polls each now and then only); it wakes at once when the
 // application sleeps in CQ.Wait. The read side has one owner at a time (a
 // mutex the reader gives up only between frames, and pollers take with
-// TryLock); a poller hands over to the reader what it must not do (a
-// payload too large for its buffer, the output stall, the end of the
-// link). An ACK a poller owes waits for the application's next post,
+// TryLock); a poller hands over to the reader what it must not do (the
+// output stall, the end of the link); a payload it has only part of it
+// leaves for the next poll (or the reader, when nobody polls). An ACK a poller owes waits for the application's next post,
 // which carries it in its writev, or for the next poll or the reader's
 // next look, whichever is first. A poll that reads nothing yields the CPU
 // (sched_yield), as the reader's busy poll does: on a host with more busy

@@ -53,6 +53,12 @@ const (
 	// directRead is the payload size from which the reader reads straight
 	// into the destination instead of through its buffer.
 	directRead = 8 << 10
+	// After a frame with a payload of capAfter bytes or more, the next
+	// capFrames frames are read with reads into the buffer capped at
+	// capRead bytes (room).
+	capAfter  = 32 << 10
+	capFrames = 4
+	capRead   = 1 << 10
 	// lingerTimeout bounds the orderly close after a responder error.
 	lingerTimeout = time.Second
 	// flushFrames and flushBytes bound how much the reader handles before
@@ -107,11 +113,10 @@ type link struct {
 	waitFn     func(fd uintptr) bool
 	readWaitFn func(fd uintptr) bool
 	// the reader's SO_RCVLOWAT (setLowat; the link goroutine only)
-	lowatHigh   bool
-	lowatHighFn func(fd uintptr)
-	lowatLowFn  func(fd uintptr)
-	busyPoll    time.Duration // the reader's spin before it sleeps (0: none)
-	progress    atomic.Uint64 // bytes moved either way, responses seen
+	lowat    int // as last set (1 at first)
+	lowatFn  func(fd uintptr)
+	busyPoll time.Duration // the reader's spin before it sleeps (0: none)
+	progress atomic.Uint64 // bytes moved either way, responses seen
 	// rdHeld counts READ and atomic responses queued and not yet taken
 	// into a batch: the responder engine counts them against
 	// max_dest_rd_atomic. Written under d.mu, read by the reader.
@@ -186,7 +191,7 @@ type link struct {
 	keys       keytab.Cache // last rkey resolved
 	rdMem      []byte       // data of the READ_RESP the responder queued last
 	rdPin      keytab.Pin   // and its key's pin
-	// pinned non-blocking read (readPinned, rawReadPinned)
+	// pinned read (readDirectPinned, rawReadPinned)
 	ptab      keytab.Table
 	pin       keytab.Pin
 	pinWait   bool
@@ -204,8 +209,13 @@ type link struct {
 	rpins  [rc.MaxSGE]keytab.Pin
 	pkt    rcproto.Packet
 	// READ_RESP status trailer (handleResponse)
-	trailer  [trailerLen]byte
-	trailSeg [1][]byte
+	trailer [trailerLen]byte
+	// pl is the frame whose payload is being moved into place (payload.go);
+	// nb: the holder of the read side is a poller, which never waits.
+	pl payload
+	nb bool
+	// bigRun: frames left to read with capped reads (room)
+	bigRun int
 }
 
 func newLink(d *qpDriver, peer qpAddr, ip net.IP, dialer bool, rqpsn psn, maxDestRd int) *link {
@@ -225,7 +235,7 @@ func newLink(d *qpDriver, peer qpAddr, ip net.IP, dialer bool, rqpsn psn, maxDes
 	l.readFn = l.rawRead
 	l.waitFn = l.rawWait
 	l.readWaitFn = l.rawReadWait
-	l.lowatHighFn, l.lowatLowFn = l.rawLowatHigh, l.rawLowatLow
+	l.lowat, l.lowatFn = 1, l.rawLowat
 	l.readPinFn = l.rawReadPinned
 	l.timer = time.AfterFunc(time.Hour, l.onTimer)
 	l.timer.Stop()
@@ -415,6 +425,7 @@ func (l *link) run() {
 	if err == nil {
 		err = l.readLoop()
 	}
+	l.abortPayload()
 	if err == errLinger {
 		l.linger()
 		err = errStopped

@@ -12,12 +12,12 @@ package tcp
 // wake-up per message, or two spinning threads per process).
 //
 // Ownership: rmu is held by the link goroutine from its start, except
-// while it waits between frames (idle, await). A poller handles only
-// frames that are whole in its buffer and never blocks. What it must not
-// do it hands to the link goroutine with a kick (kickLocked): a payload
-// too large for its buffer (read straight into place), the output stall
-// (awaitOutput blocks), the end of the link (an error, a responder
-// failure that lingers). The kick sets handover, which keeps pollers off,
+// while it waits between frames (idle, await). A poller never blocks: it
+// moves the part of a payload that has arrived straight into place and
+// leaves the rest in l.pl (payload.go), which the next holder of rmu
+// finishes first. What it must not do it hands to the link goroutine
+// with a kick (kickLocked): the output stall (awaitOutput blocks), the
+// end of the link (an error, a responder failure that lingers). The kick sets handover, which keeps pollers off,
 // wakes the link goroutine from either of its waits (rwake ends a sleep,
 // a read deadline in the past a wait for input), and the link goroutine
 // clears both under rmu before it reads. So the socket is read by one
@@ -45,13 +45,6 @@ import (
 	"github.com/rdmakit/rdmakit/internal/soft"
 	"github.com/rdmakit/rdmakit/internal/sys"
 )
-
-// A poller handles a frame only once it is whole in the link's buffer
-// (readBufSize: a 64 KiB payload with its header and trailer fits); a
-// larger one is the link goroutine's, which reads its payload straight
-// into place. Payloads a poller handles are copied once more (socket to
-// buffer to memory), which costs less than waking the link goroutine
-// (write_lat 64 KiB).
 
 // Progress is soft.Progresser: cq was found empty by a poll. Links whose
 // QP completes into cq make what progress they can. It does nothing when
@@ -130,11 +123,16 @@ func (l *link) poll() (busy bool) {
 	return busy
 }
 
-// pump handles the whole frames in the buffer, reading what has arrived
-// (twice at most), and writes what it owes. rmu is held.
+// pump handles the frames that have arrived, reading what has arrived
+// (without waiting), and writes what it owes. A payload goes straight
+// into place as it arrives (payload.go); what has not arrived yet is left
+// in l.pl for the next poll or the link goroutine. rmu is held.
 func (l *link) pump() (busy bool) {
 	var f frame
+	start := l.progress.Load()
 	reads, drained := 0, false
+	l.nb = true
+	defer func() { l.nb = false }()
 	for {
 		if l.stall {
 			l.kickLocked() // awaitOutput blocks: the link goroutine's
@@ -143,42 +141,50 @@ func (l *link) pump() (busy bool) {
 		if l.owedFrames >= flushFrames || l.owedBytes >= flushBytes {
 			l.flushOwed()
 		}
-		whole, big, err := l.buffered(&f)
+		var err error
+		switch {
+		case l.pl.active:
+			err = l.runPayload()
+		case l.rend-l.rpos >= headerLen:
+			var h header
+			if h, err = parseHeader(l.rbuf[l.rpos:l.rend]); err != nil {
+				err = l.protocolError(err)
+				break
+			}
+			h.decode(&f)
+			l.pollFrames.Add(1)
+			err = l.handleFrame(&f)
+		default:
+			if reads == 2 || drained {
+				goto out
+			}
+			got, short := l.pollRead(headerLen)
+			if !got {
+				goto out
+			}
+			// A read that left room in the buffer took all there was:
+			// another would most likely find nothing (a system call per
+			// message saved); the next poll looks again.
+			drained = short
+			reads++
+			continue
+		}
+		if err == errMore {
+			break // the socket has no more for now
+		}
 		if err != nil {
-			l.perr = l.protocolError(err)
+			// The end of the link (a malformed frame, a read error): the
+			// link goroutine's (it finishes a payload in progress first).
+			l.perr = err
 			l.kickLocked()
 			return true
 		}
-		if big {
-			l.kickLocked() // the link goroutine reads it into place
-			return true
-		}
-		if whole {
-			l.pollFrames.Add(1)
-			if err := l.handleFrame(&f); err != nil {
-				l.perr = err
-				l.kickLocked()
-				return true
-			}
-			continue
-		}
-		if reads == 2 || drained {
-			break
-		}
-		got, short := l.pollRead()
-		if !got {
-			break
-		}
-		// A read that left room in the buffer took all there was:
-		// another would most likely find nothing (a system call per
-		// message saved); the next poll looks again.
-		drained = short
-		reads++
 	}
+out:
 	if !l.deferAck() {
 		l.flushOwed()
 	}
-	return reads > 0
+	return l.progress.Load() != start
 }
 
 // deferAck decides whether a poller may leave the ACK it owes for the
@@ -211,38 +217,14 @@ func (l *link) deferAck() bool {
 	return true
 }
 
-// buffered reports whether the buffer holds the next frame whole (its
-// header decoded into f), and big when a poller leaves it to the link
-// goroutine (its payload is to be read straight into place; the rest of
-// it has still to come from the socket, which wakes the link goroutine).
-func (l *link) buffered(f *frame) (whole, big bool, err error) {
-	have := l.rend - l.rpos
-	if have < headerLen {
-		return false, false, nil
-	}
-	h, err := parseHeader(l.rbuf[l.rpos:l.rend])
-	if err != nil {
-		return false, false, err
-	}
-	h.decode(f)
-	need := headerLen
-	if f.op.hasPayload() {
-		need += int(f.length)
-		if f.op == opReadResp && f.flags&flagStatus != 0 {
-			need += trailerLen
-		}
-	}
-	return need <= have, need > len(l.rbuf), nil
-}
-
-// pollRead is a poller's non-blocking read into the buffer; got is false
-// when nothing came (an error or the end of the stream is left to the link
-// goroutine, which finds the socket readable), short when the read did
-// not fill the buffer.
-func (l *link) pollRead() (got, short bool) {
+// pollRead is a poller's non-blocking read into the buffer, of want
+// bytes at least if there is room (room); got is false when nothing came
+// (an error or the end of the stream is left to the link goroutine, which
+// finds the socket readable), short when the read did not fill the room
+// it had.
+func (l *link) pollRead(want int) (got, short bool) {
 	if l.rpos > 0 && len(l.rbuf)-l.rend < len(l.rbuf)/2 {
-		// Room for the frame in progress (it fits whole in the buffer,
-		// buffered) and what follows.
+		// Room for what follows.
 		copy(l.rbuf, l.rbuf[l.rpos:l.rend])
 		l.rend -= l.rpos
 		l.rpos = 0
@@ -250,14 +232,15 @@ func (l *link) pollRead() (got, short bool) {
 	if l.rend == len(l.rbuf) {
 		return false, false
 	}
-	n, err := l.tryRead(l.rbuf[l.rend:])
+	b := l.room(want)
+	n, err := l.tryRead(b)
 	if err != nil {
 		return false, false
 	}
 	l.rend += n
 	l.owedBytes += n
 	l.progress.Add(1)
-	return true, l.rend < len(l.rbuf)
+	return true, n < len(b)
 }
 
 // kickLocked hands the read side to the link goroutine (rmu held): a
@@ -298,14 +281,14 @@ func (l *link) idle() error {
 		// readWait's own first read does.
 		err = sys.ErrAgain
 		if l.owes() {
-			n, err = l.tryRead(l.rbuf[l.rend:])
+			n, err = l.tryRead(l.room(headerLen))
 		}
 		if err == sys.ErrAgain {
 			l.flushOwed()
-			n, err = l.readWait(l.rbuf[l.rend:])
+			n, err = l.readWait(l.room(headerLen))
 		}
 	} else {
-		n, err = l.tryRead(l.rbuf[l.rend:])
+		n, err = l.tryRead(l.room(headerLen))
 		if err == sys.ErrAgain {
 			l.flushOwed()
 			n, err = l.idleSpin()
@@ -386,7 +369,7 @@ func (l *link) idleSpin() (int, error) {
 	n, err := 0, error(sys.ErrAgain)
 	if spinning.Add(1) <= maxSpinning {
 		l.setLowat(true) // the spin finds the input: no thread need wake for it
-		n, err = l.spin(l.rbuf[l.rend:], &p)
+		n, err = l.spin(l.room(headerLen), &p)
 	}
 	spinning.Add(-1)
 	return n, err
@@ -566,19 +549,26 @@ func (l *link) waitInput() error {
 // without waiting, which SO_RCVLOWAT does not affect; the end of the
 // stream and errors still wake.
 func (l *link) setLowat(high bool) {
-	if l.lowatHigh == high {
-		return
-	}
-	l.lowatHigh = high
 	if high {
-		l.raw.Control(l.lowatHighFn)
+		l.setLowatN(math.MaxInt32)
 	} else {
-		l.raw.Control(l.lowatLowFn)
+		l.setLowatN(1)
 	}
 }
 
-func (l *link) rawLowatHigh(fd uintptr) { sys.SetRcvLowat(int(fd), math.MaxInt32) }
-func (l *link) rawLowatLow(fd uintptr)  { sys.SetRcvLowat(int(fd), 1) }
+// setLowatN sets SO_RCVLOWAT to n unless it is n already (the reader
+// only). Every wait for input sets the value it needs first: 1 between
+// frames, the rest of a payload chunk in the middle of one
+// (readDirectPinned), the maximum while pollers read.
+func (l *link) setLowatN(n int) {
+	if l.lowat == n {
+		return
+	}
+	l.lowat = n
+	l.raw.Control(l.lowatFn)
+}
+
+func (l *link) rawLowat(fd uintptr) { sys.SetRcvLowat(int(fd), l.lowat) }
 
 // Sleep is soft.Progresser: a waiter on cq is about to sleep in CQ.Wait,
 // so progress is up to the readers again. It wakes those that leave the

@@ -9,7 +9,6 @@ package tcp
 // blocks on a write.
 
 import (
-	"encoding/binary"
 	"fmt"
 	"io"
 	"net"
@@ -46,6 +45,13 @@ func (l *link) readLoop() error {
 		if l.owedFrames >= flushFrames || l.owedBytes >= flushBytes {
 			l.flushOwed()
 		}
+		if l.pl.active {
+			// A poller moved part of a payload: the rest is ours.
+			if err := l.runPayload(); err != nil {
+				return err
+			}
+			continue
+		}
 		if l.rend-l.rpos < headerLen {
 			if err := l.idle(); err != nil {
 				return err
@@ -67,6 +73,11 @@ func (l *link) readLoop() error {
 // the buffer.
 func (l *link) handleFrame(f *frame) error {
 	l.rpos += headerLen
+	if f.op.hasPayload() && f.length >= capAfter {
+		l.bigRun = capFrames
+	} else if l.bigRun > 0 {
+		l.bigRun--
+	}
 	l.owedFrames++
 	if f.op == opReadReq {
 		l.owedBytes += int(f.length) // we owe the data
@@ -254,48 +265,6 @@ func (l *link) rawRead(fd uintptr) {
 	l.tryN, l.tryErr = sys.Read(int(fd), l.tryBuf)
 }
 
-// readPinned reads the next len(dst) bytes of the stream into dst, memory
-// of a registered region resolved with pin: each piece (a copy from the
-// buffer, one non-blocking read, at most rc.ChunkSize) is moved under the
-// key's in-use count, so a Dereg waits for the piece in progress and the
-// rest fails with errDeregistered (the bytes not read stay in the
-// stream). It returns the bytes read.
-func (l *link) readPinned(dst []byte, tab keytab.Table, pin keytab.Pin) (int, error) {
-	done := 0
-	for done < len(dst) {
-		seg := dst[done:min(len(dst), done+rc.ChunkSize)]
-		if l.rend > l.rpos {
-			if !tab.EnterOpt(pin) {
-				return done, errDeregistered
-			}
-			c := copy(seg, l.rbuf[l.rpos:l.rend])
-			tab.LeaveOpt(pin)
-			l.rpos += c
-			done += c
-			continue
-		}
-		if len(seg) < directRead {
-			if err := l.fill(1); err != nil {
-				return done, err
-			}
-			continue
-		}
-		if l.owedBytes >= flushBytes {
-			l.flushOwed() // a long payload: don't sit on what we owe
-		}
-		k, err := l.readDirectPinned(seg, tab, pin)
-		if k > 0 {
-			done += k
-			l.owedBytes += k
-			l.progress.Add(1)
-		}
-		if err != nil {
-			return done, err
-		}
-	}
-	return done, nil
-}
-
 // readDirectPinned is one read from the socket straight into seg under
 // pin: a non-blocking attempt; if nothing is there, what is owed is
 // flushed and the reader waits for input with no buffer given to the
@@ -303,9 +272,13 @@ func (l *link) readPinned(dst []byte, tab keytab.Table, pin keytab.Pin) (int, er
 // busy-poll: in the middle of a large payload the sender is streaming, and
 // a spinning reader only takes CPU from it (tcp0 write_bw 1 MiB and
 // read_bw 64 KiB measured 0.6-0.7x with the spin on a 2-core host); one
-// wake-up is cheap against a large read.
+// wake-up is cheap against a large read. It waits for all of seg, not
+// for a byte (SO_RCVLOWAT len(seg), which the kernel caps by the receive
+// buffer; the end of the stream and errors still wake): the rest of a
+// payload is on its way, and a reader woken for each part that arrives
+// costs a wake-up and a read each (tcp0 RDMA Read 256 KiB: 3 or 4 waits
+// per Read, each a thread wake-up on a 2-core host).
 func (l *link) readDirectPinned(seg []byte, tab keytab.Table, pin keytab.Pin) (int, error) {
-	l.setLowat(false)
 	l.tryBuf, l.ptab, l.pin = seg, tab, pin
 	defer func() { l.tryBuf, l.ptab, l.pin = nil, keytab.Table{}, keytab.Pin{} }()
 	for wait := false; ; wait = true {
@@ -318,6 +291,7 @@ func (l *link) readDirectPinned(seg []byte, tab keytab.Table, pin keytab.Pin) (i
 			return 0, errDeregistered
 		case l.tryErr == sys.ErrAgain:
 			l.flushOwed()
+			l.setLowatN(len(seg))
 			continue
 		case l.tryErr != nil:
 			return 0, l.tryErr
@@ -351,6 +325,25 @@ func (l *link) protocolError(err error) error {
 	return err
 }
 
+// room is where the next read into the buffer goes, when want bytes from
+// rpos on are needed: the free end of the buffer; but within capFrames
+// frames of a large payload (bigRun), only up to capRead bytes from rpos
+// on (or want, if more). The next frame's payload is then likely
+// large too, and what of it a read puts into the buffer is copied once
+// more, while the rest of it goes straight into place (payload.go): a
+// capped read takes the next header (and the ACKs before it) and little
+// of the payload. (tcp0 RDMA Read of 256 KiB: the read that found the
+// header took 64 KiB of the payload with it.)
+func (l *link) room(want int) []byte {
+	b := l.rbuf[l.rend:]
+	if l.bigRun > 0 {
+		if c := l.rpos + max(want, capRead) - l.rend; c > 0 && c < len(b) {
+			b = b[:c]
+		}
+	}
+	return b
+}
+
 // fill reads until at least n bytes are buffered.
 func (l *link) fill(n int) error {
 	if l.rpos > 0 {
@@ -359,7 +352,7 @@ func (l *link) fill(n int) error {
 		l.rpos = 0
 	}
 	for l.rend < n {
-		k, err := l.read(l.rbuf[l.rend:])
+		k, err := l.read(l.room(n))
 		if k > 0 {
 			l.rend += k
 			l.owedBytes += k
@@ -372,71 +365,10 @@ func (l *link) fill(n int) error {
 	return nil
 }
 
-// readInto reads the next n bytes of the stream into the scatter list dst
-// (at least n bytes long): what is buffered is copied, large remainders are
-// read from the socket straight into place.
-func (l *link) readInto(dst [][]byte, n int) error {
-	for _, seg := range dst {
-		if n == 0 {
-			break
-		}
-		if len(seg) > n {
-			seg = seg[:n]
-		}
-		n -= len(seg)
-		for len(seg) > 0 {
-			if l.rend > l.rpos {
-				c := copy(seg, l.rbuf[l.rpos:l.rend])
-				l.rpos += c
-				seg = seg[c:]
-				continue
-			}
-			if len(seg) >= directRead {
-				if l.owedBytes >= flushBytes {
-					l.flushOwed() // a long payload: don't sit on what we owe
-				}
-				k, err := l.read(seg)
-				if k > 0 {
-					seg = seg[k:]
-					l.owedBytes += k
-					l.progress.Add(1)
-				}
-				if err != nil && len(seg) > 0 {
-					return err
-				}
-				continue
-			}
-			if err := l.fill(1); err != nil {
-				return err
-			}
-		}
-	}
-	if n != 0 {
-		return fmt.Errorf("%w: %d bytes beyond the scatter list", errProtocol, n)
-	}
-	return nil
-}
-
-// discard skips the next n bytes of the stream.
-func (l *link) discard(n int) error {
-	for n > 0 {
-		if l.rend > l.rpos {
-			c := min(n, l.rend-l.rpos)
-			l.rpos += c
-			n -= c
-			continue
-		}
-		if err := l.fill(1); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // handleRequest feeds a request to the responder engine and executes it
 // if the engine says so: it decides sequence (in order, duplicates, RNR
 // waits) and which NAK answers a failure; the Target checks keys, access
-// and bounds, and the reader moves the data.
+// and bounds, and the payload goes into place (payload.go).
 //
 // A request reaching a QP that is no longer in RTR/RTS is dropped, and so
 // is everything after; the connection is closed with the transition, so
@@ -448,7 +380,7 @@ func (l *link) handleRequest(f *frame) error {
 		pay = n
 	}
 	if l.dropAll {
-		return l.discard(pay)
+		return l.startSkip(pay, finNone, 0)
 	}
 	r := l.resp
 	p := &l.pkt
@@ -458,18 +390,15 @@ func (l *link) handleRequest(f *frame) error {
 		if r.Failed() {
 			// The engine NAKed it as fatal by itself (an invalid request:
 			// beyond max_dest_rd_atomic, out of order within a message).
-			if err := l.discard(pay); err != nil {
-				return err
-			}
-			return l.failResponder()
+			return l.startSkip(pay, finFail, 0)
 		}
 		l.drainResponses(false)
-		return l.discard(pay)
+		return l.startSkip(pay, finNone, 0)
 	}
 	t := l.t
 	if !t.Accepting() {
 		l.dropAll = true
-		return l.discard(pay)
+		return l.startSkip(pay, finNone, 0)
 	}
 	var res rcproto.Result
 	switch f.op {
@@ -483,28 +412,13 @@ func (l *link) handleRequest(f *frame) error {
 			res.Status, res.RNRTimer = rc.RNR, t.MinRNR()
 			break
 		}
-		k, err := l.readPinned(m, t.Keys(), pin)
-		if err == errDeregistered {
-			// Deregistered during the transfer: the rest is discarded and
-			// the WRITE fails with RemoteAccess.
-			if f.op == opWriteImm {
-				l.lostRecv()
-			}
-			pay = n - k
-			res.Status = rc.RemoteAccess
-			break
-		}
-		if err != nil {
-			if f.op == opWriteImm {
-				l.lostRecv()
-			}
-			return err
-		}
-		pay = 0
+		fin := finWrite
 		if f.op == opWriteImm {
-			t.Complete(&rc.WC{WRID: l.wqe.WRID, Opcode: rc.WCRecvWriteImm, ByteLen: f.length, Imm: f.imm,
-				Flags: rc.WCWithImm, QPN: t.QPN(), SrcQP: l.peer.qpn})
+			fin = finWriteImm
 		}
+		pl := &l.pl
+		pl.one[0], pl.onePin[0] = m, pin
+		return l.startPayload(f, fin, pl.one[:], pl.onePin[:], t.Keys(), nil)
 	case opSend, opSendImm:
 		if !t.PopRecv(&l.wqe) {
 			res.Status, res.RNRTimer = rc.RNR, t.MinRNR()
@@ -512,36 +426,9 @@ func (l *link) handleRequest(f *frame) error {
 		}
 		k, st := t.ScatterRecvPin(&l.wqe, n, l.segs[:], l.rpins[:])
 		if st != rc.Success {
-			if err := l.discard(pay); err != nil {
-				return err
-			}
-			return l.recvFailed(st)
+			return l.startSkip(pay, finRecvFail, st)
 		}
-		got := 0
-		var err error
-		for i := 0; i < k && err == nil; i++ {
-			var c int
-			c, err = l.readPinned(l.segs[i], t.Keys(), l.rpins[i])
-			got += c
-		}
-		clear(l.segs[:k])
-		if err == errDeregistered {
-			// A receive buffer deregistered while the message went in.
-			if err := l.discard(n - got); err != nil {
-				return err
-			}
-			return l.recvFailed(rc.LocalProtection)
-		}
-		if err != nil {
-			l.lostRecv()
-			return err
-		}
-		pay = 0
-		wc := rc.WC{WRID: l.wqe.WRID, Opcode: rc.WCRecv, ByteLen: f.length, QPN: t.QPN(), SrcQP: l.peer.qpn}
-		if f.op == opSendImm {
-			wc.Imm, wc.Flags = f.imm, rc.WCWithImm
-		}
-		t.Complete(&wc)
+		return l.startPayload(f, finSend, l.segs[:k], l.rpins[:k], t.Keys(), nil)
 	case opReadReq:
 		m, pin, st := t.RemotePin(&l.keys, f.rkey, f.raddr, n, rc.AccessRemoteRead)
 		res.Status = st
@@ -563,17 +450,7 @@ func (l *link) handleRequest(f *frame) error {
 		}
 		t.Leave(pin)
 	}
-	r.Done(res)
-	if r.Failed() {
-		// A fatal NAK (remote access, invalid request): the IBTA moves
-		// the responder to ERROR too.
-		if err := l.discard(pay); err != nil {
-			return err
-		}
-		return l.failResponder()
-	}
-	l.drainResponses(false)
-	return l.discard(pay)
+	return l.answer(res, pay)
 }
 
 // lostRecv completes the receive a message was going into when the
@@ -645,7 +522,8 @@ func (l *link) linger() {
 }
 
 // handleResponse feeds a response to the requester engine and carries out
-// its actions; READ data is read straight into the work request's buffer.
+// its actions; READ data goes straight into the work request's buffer
+// (payload.go).
 func (l *link) handleResponse(f *frame) error {
 	d := l.d
 	pay := 0
@@ -680,10 +558,11 @@ func (l *link) handleResponse(f *frame) error {
 	}
 	if place.Kind == 0 {
 		d.mu.Unlock()
-		return l.discard(pay)
+		return l.startSkip(pay, finNone, 0)
 	}
-	// Only this goroutine completes entries, and a transition that flushes
-	// them waits for it: the entry stays ours while we read.
+	// Only the read side's holder completes entries, and a transition
+	// that flushes them waits for the link goroutine to exit: the entry
+	// stays ours while its data comes in, over several polls if need be.
 	e := l.qp.SendEntry(place.WR)
 	d.mu.Unlock()
 	if int(place.Off)+int(place.Len) != e.Len || int(f.length) != int(place.Len) {
@@ -692,48 +571,9 @@ func (l *link) handleResponse(f *frame) error {
 	// The local buffer is written under its key's in-use count, as
 	// target memory is: deregistered on the way, the rest of the data is
 	// discarded and the READ fails with LocalProtection.
-	got := 0
-	var err error
-	for i := 0; i < len(e.Local) && err == nil; i++ {
-		var c int
-		c, err = l.readPinned(e.Local[i], l.ltab, e.Pins[i])
-		got += c
-	}
-	st := rc.Success
-	if err == errDeregistered {
-		rest := e.Len - got
-		if trailer {
-			rest += trailerLen
-		}
-		if err := l.discard(rest); err != nil {
-			return err
-		}
-		st, trailer = rc.LocalProtection, false
-	} else if err != nil {
-		return err
-	}
+	var tail []byte
 	if trailer {
-		l.trailSeg[0] = l.trailer[:]
-		if err := l.readInto(l.trailSeg[:], trailerLen); err != nil {
-			return err
-		}
-		if s := rc.Status(binary.BigEndian.Uint32(l.trailer[:])); s != rc.Success {
-			st = rc.RemoteAccess // the only status a trailer carries
-		}
+		tail = l.trailer[:]
 	}
-	d.mu.Lock()
-	if l.detached || l.stopped {
-		d.mu.Unlock()
-		return errStopped
-	}
-	if st != rc.Success {
-		_, ok = l.applyLocked(l.req.PlaceFailed(st, l.now()))
-	} else {
-		_, ok = l.applyLocked(l.req.Placed(l.now()))
-	}
-	d.mu.Unlock()
-	if !ok {
-		return errStopped
-	}
-	return nil
+	return l.startPayload(f, finReadResp, e.Local, e.Pins, l.ltab, tail)
 }
