@@ -159,6 +159,10 @@ func (d *qpDriver) PostDirect(wrs []soft.SendWR) int {
 		}
 		held.Touched(t, len(local))
 	}
+	// Leave is the first locked instruction after the copy and waits for
+	// the copy's stores to reach the peer; deferring it (and a plain-store
+	// unlock) bought nothing at 2-rank AllReduce 8 B: docs/benchmarks.md,
+	// "shm post path: no locked instruction after the copy?".
 	held.Leave(t)
 	return n
 }
