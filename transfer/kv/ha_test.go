@@ -26,7 +26,7 @@ import (
 // haConfig: a store node that runs for master through etcd at url, with
 // short TTLs so that a failover takes a few seconds.
 func haConfig(url, name, dev string, capacity int64) Config {
-	c := Config{Capacity: capacity, Transfer: tcfg(dev), MasterTTL: 2 * time.Second, LeaseTTL: 2 * time.Second, HolderTTL: 2 * time.Second}
+	c := Config{Capacity: capacity, Transfer: dying(dev), MasterTTL: 2 * time.Second, LeaseTTL: 2 * time.Second, HolderTTL: 2 * time.Second}
 	c.Transfer.MetadataAddr = url
 	c.Transfer.Name = name
 	return c
@@ -88,7 +88,7 @@ func TestFailover(t *testing.T) {
 			defer pa.Kill()
 			startHA(t, u, "b-"+dev, dev, 16<<20)
 			startHA(t, u, "c-"+dev, dev, 16<<20)
-			c := Config{Addr: u, Transfer: tcfg(dev), MasterTTL: 2 * time.Second}
+			c := Config{Addr: u, Transfer: dying(dev), MasterTTL: 2 * time.Second}
 			cl, err := Open(ctx, c)
 			if err != nil {
 				t.Fatal(err)
@@ -285,7 +285,7 @@ func TestPausedMaster(t *testing.T) {
 	pa, addrA := startHA(t, url, "pa", "shm0", 8<<20)
 	defer pa.Kill()
 	_, addrB := startHA(t, url, "pb", "shm0", 8<<20)
-	cl, err := Open(ctx, Config{Addr: url, Transfer: tcfg("shm0"), MasterTTL: 2 * time.Second})
+	cl, err := Open(ctx, Config{Addr: url, Transfer: dying("shm0"), MasterTTL: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

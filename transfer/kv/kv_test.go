@@ -37,14 +37,22 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// tcfg is the transfer configuration of tests in which no node dies:
+// leases and peer timeouts of 10 s. With 1 s, a loaded host (CI runs every
+// package's tests at once on 2 cores, and -race) stalled live nodes past
+// them: "no message from ... for 1s" (peer lost) and "no such segment"
+// failed TestConcurrentSameKeys and TestCachedGetValidated.
 func tcfg(dev string) transfer.Config {
-	return transfer.Config{Secret: secret, Devices: []string{dev}, LeaseTTL: time.Second, PeerTimeout: time.Second}
+	return transfer.Config{Secret: secret, Devices: []string{dev}, LeaseTTL: 10 * time.Second, PeerTimeout: 10 * time.Second}
 }
 
-// steady gives a test in which no node dies long leases and peer
-// timeouts (tcfg's are short, for the tests that kill nodes).
-func steady(c *Config) {
-	c.Transfer.LeaseTTL, c.Transfer.PeerTimeout = 10*time.Second, 10*time.Second
+// dying is the transfer configuration of tests that kill or stop nodes and
+// wait until the others notice: 1 s leases and peer timeouts, so that a
+// dead node's segments and connections go within the tests' deadlines.
+func dying(dev string) transfer.Config {
+	c := tcfg(dev)
+	c.LeaseTTL, c.PeerTimeout = time.Second, time.Second
+	return c
 }
 
 // cluster starts a master with capacity and k-1 more store nodes, all in
@@ -400,12 +408,9 @@ func TestConcurrentSameKeys(t *testing.T) {
 
 func testConcurrentSameKeys(t *testing.T, dev string) {
 	ctx := context.Background()
-	// Nothing dies here: leases and peer timeouts long enough that a
-	// loaded host (CI on 2 cores, load 8) does not expire a live node's
-	// segment or connection (1 s did: "no such segment", "peer lost").
-	ss := cluster(t, dev, 3, 4<<20, steady)
+	// Nothing dies here: tcfg's long leases and peer timeouts.
+	ss := cluster(t, dev, 3, 4<<20, nil)
 	cc := Config{Addr: ss[0].Addr(), Transfer: tcfg(dev)}
-	steady(&cc)
 	c, err := Open(ctx, cc)
 	if err != nil {
 		t.Fatal(err)

@@ -24,7 +24,7 @@ import (
 func init() {
 	reexec.Register("kv-node", func(args []string) int {
 		capacity, _ := strconv.ParseInt(args[3], 10, 64)
-		c := Config{Addr: args[0], Capacity: capacity, Transfer: tcfg(args[2])}
+		c := Config{Addr: args[0], Capacity: capacity, Transfer: dying(args[2])}
 		c.Transfer.Name = args[1]
 		s, err := Open(context.Background(), c)
 		if err != nil {
@@ -66,7 +66,7 @@ func TestProcesses(t *testing.T) {
 	for _, dev := range []string{"shm0", "tcp0"} {
 		t.Run(dev, func(t *testing.T) {
 			ctx := context.Background()
-			c := Config{Transfer: tcfg(dev), HolderTTL: 2 * time.Second}
+			c := Config{Transfer: dying(dev), HolderTTL: 2 * time.Second}
 			c.Transfer.Name = "master"
 			m, err := Open(ctx, c)
 			if err != nil {
@@ -177,7 +177,7 @@ func TestEtcdStore(t *testing.T) {
 	e, url, _ := etcdtest.Start(t, t.TempDir(), 0)
 	defer e.Close()
 	ctx := context.Background()
-	c := Config{Transfer: tcfg("tcp0")}
+	c := Config{Transfer: dying("tcp0")}
 	c.Transfer.MetadataAddr = url
 	c.Transfer.Name = "etcd-master"
 	m, err := Open(ctx, c)
