@@ -24,9 +24,13 @@ import (
 )
 
 // haConfig: a store node that runs for master through etcd at url, with
-// short TTLs so that a failover takes a few seconds.
+// short TTLs so that a failover takes a few seconds. The holder TTL is
+// the default 5 s: with 2 s (heartbeats every 667 ms, each bounded by
+// as much) a node that lived but was slow to find the new master on a
+// loaded host (-race, CI) was dropped with its values (TestStaleMaster:
+// "after the failover: kv: key not found").
 func haConfig(url, name, dev string, capacity int64) Config {
-	c := Config{Capacity: capacity, Transfer: dying(dev), MasterTTL: 2 * time.Second, LeaseTTL: 2 * time.Second, HolderTTL: 2 * time.Second}
+	c := Config{Capacity: capacity, Transfer: dying(dev), MasterTTL: 2 * time.Second, LeaseTTL: 2 * time.Second, HolderTTL: DefaultHolderTTL}
 	c.Transfer.MetadataAddr = url
 	c.Transfer.Name = name
 	return c
