@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -679,5 +680,38 @@ func TestHolderSessions(t *testing.T) {
 	}
 	if !errors.Is(err, ErrFull) || len(s.m.holders) != maxHolders {
 		t.Fatalf("%d holders: %v", len(s.m.holders), err)
+	}
+}
+
+// TestPlaceHeardFirst: after a failover the new master takes the table's
+// holders on trust until they beat; it places values on those it has
+// heard from first, though another has more room, so that a put does not
+// go to a node that died or stopped with the old master (TestPausedMaster
+// failed so: "no such segment kv/pa"). The others only where those have
+// no room.
+func TestPlaceHeardFirst(t *testing.T) {
+	now := time.Now()
+	row := func(name, seg string, size uint64) *kvRow {
+		b, _ := json.Marshal(record{Seg: seg, Size: size})
+		return &kvRow{key: "h/" + name, val: b}
+	}
+	m := newMaster(time.Minute, time.Minute)
+	m.ha = &haMaster{}
+	m.takeOver(now, []*kvRow{row("gone", "kv/gone", 4<<20), row("live", "kv/live", 1<<20)}, 1, time.Minute)
+	if e, err := m.putStart(now, "k0", 4096, 1); err != nil || e.reps[0].h.name != "gone" {
+		t.Fatalf("none heard from: %v, want it on the roomiest", err)
+	}
+	if err := m.beat(now, "live", "s"); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 4 {
+		e, err := m.putStart(now, fmt.Sprint("k", i+1), 100<<10, 1)
+		if err != nil || e.reps[0].h.name != "live" {
+			t.Fatalf("put %d: %v, not on the holder that beat", i, err)
+		}
+	}
+	// live has no room left for 700 KiB: the other takes it.
+	if e, err := m.putStart(now, "big", 700<<10, 1); err != nil || e.reps[0].h.name != "gone" {
+		t.Fatalf("a value the heard holder has no room for: %v", err)
 	}
 }
