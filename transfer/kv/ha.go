@@ -348,6 +348,9 @@ func (s *service) term(ctx context.Context, addr string, ttlSec int) error {
 	default:
 	}
 	m.takeOver(time.Now(), kvs, el.Rev(), s.holderTTL)
+	if h := m.holders[s.self]; h != nil && s.self != "" {
+		h.session = s.selfSession // this process's own store node is alive (putStart prefers such holders)
+	}
 	m.mu.Unlock()
 	select {
 	case <-ctx.Done():

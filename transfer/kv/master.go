@@ -382,7 +382,16 @@ func (m *master) putStart(now time.Time, key string, size uint64, replicas int) 
 		if len(hs) < replicas {
 			return nil, fmt.Errorf("%w: a %d-byte value fits %d store node(s), %d replicas wanted", ErrTooLarge, size, len(hs), replicas)
 		}
+		// Holders this master has heard from first: after a failover
+		// the table's holders are taken on trust (session "") until they
+		// beat, and one that went with the old master (killed, paused)
+		// is still listed for its holder TTL while its transfer node is
+		// gone, so a value placed there fails to be written ("no such
+		// segment"). The others only where those have no room.
 		sort.Slice(hs, func(i, j int) bool {
+			if hi, hj := hs[i].session != "", hs[j].session != ""; hi != hj {
+				return hi
+			}
 			fi, fj := hs[i].alloc.size-hs[i].alloc.used, hs[j].alloc.size-hs[j].alloc.used
 			if fi != fj {
 				return fi > fj

@@ -203,6 +203,10 @@ type service struct {
 	leaseTTL  time.Duration
 	putTTL    time.Duration
 	holderTTL time.Duration
+	// self and selfSession name this process's own store node (the
+	// master's Store; self "" if it holds nothing) to a master that
+	// takes over the table from etcd.
+	self, selfSession string
 }
 
 var errMalformed = fmt.Errorf("%w: malformed request", rpc.ErrProtocol)

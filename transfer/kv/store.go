@@ -276,7 +276,10 @@ func (s *Store) masterListen(tc transfer.Config) (transfer.Config, error) {
 func (s *Store) serveMaster(m *master, meta string, tc transfer.Config) (err error) {
 	cfg := s.cfg
 	s.svc = &service{m: m, metadata: meta, maxKey: cfg.MaxKeyLen, maxValue: uint64(cfg.MaxValueLen), maxRepl: MaxReplicas,
-		leaseTTL: cfg.LeaseTTL, putTTL: cfg.PutTTL, holderTTL: cfg.HolderTTL}
+		leaseTTL: cfg.LeaseTTL, putTTL: cfg.PutTTL, holderTTL: cfg.HolderTTL, selfSession: s.session}
+	if cfg.Capacity > 0 {
+		s.svc.self = s.node.Name()
+	}
 	if s.srv, err = rpc.Listen(cfg.ListenAddr, kvProto, tc.Secret, tc.Insecure && len(tc.Secret) == 0, s.svc.handle); err != nil {
 		return fmt.Errorf("kv: master: %w", err)
 	}
