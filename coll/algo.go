@@ -338,19 +338,24 @@ func (c *Comm) recvReduce(src int, m mem, count int, dt DataType, op RedOp) erro
 	es := dt.Size()
 	ce := c.chunkElems(es)
 	for p, st := 0, 0; st < count; p, st = p+1, st+ce {
-		en := min(st+ce, count)
-		ch := c.ch(src, p)
-		slot, err := c.recv(ch, (en-st)*es)
-		if err != nil {
-			return err
-		}
-		o := m.at(st, en, es)
-		apply(dt, op, o, slot, o)
-		if err := c.release(ch); err != nil {
+		if err := c.reduceIn(c.ch(src, p), m, st, min(st+ce, count), dt, op); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// reduceIn receives ch's next message, elements [st, en) of the peer's
+// data, and reduces it into the same elements of m.
+func (c *Comm) reduceIn(ch *channel, m mem, st, en int, dt DataType, op RedOp) error {
+	es := dt.Size()
+	slot, err := c.recv(ch, (en-st)*es)
+	if err != nil {
+		return err
+	}
+	o := m.at(st, en, es)
+	apply(dt, op, o, slot, o)
+	return c.release(ch)
 }
 
 // sendCopy sends o (part of m) as ch's next message, taken at once: on a

@@ -121,15 +121,7 @@ func (c *Comm) halvingStep(partner int, m mem, sl, sh, kl, kh int, dt DataType, 
 		}
 		if i := j - ahead; i >= 0 && i < nk {
 			st := kl + i*ce
-			en := min(st+ce, kh)
-			ch := c.ch(partner, i)
-			slot, err := c.recv(ch, (en-st)*es)
-			if err != nil {
-				return err
-			}
-			o := m.at(st, en, es)
-			apply(dt, op, o, slot, o)
-			if err := c.release(ch); err != nil {
+			if err := c.reduceIn(c.ch(partner, i), m, st, min(st+ce, kh), dt, op); err != nil {
 				return err
 			}
 		}
