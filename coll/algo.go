@@ -259,15 +259,8 @@ func (c *Comm) ringAllReduce(in, out mem, count int, dt DataType, op RedOp) erro
 // 2·rem ranks pair up first (odd ranks hand their data to the even
 // neighbour and get the result back at the end).
 func (c *Comm) treeAllReduce(in, out mem, count int, dt DataType, op RedOp) error {
-	n, r, es := c.nranks, c.rank, dt.Size()
-	if &in.b[0] != &out.b[0] {
-		copy(out.b[:count*es], in.b[:count*es])
-	}
-	p2 := 1
-	for p2*2 <= n {
-		p2 *= 2
-	}
-	rem := n - p2
+	r, es := c.rank, dt.Size()
+	p2, rem := c.foldStart(in, out, count, es)
 	nr := r - rem
 	if r < 2*rem {
 		if r%2 == 1 {
@@ -284,12 +277,7 @@ func (c *Comm) treeAllReduce(in, out mem, count int, dt DataType, op RedOp) erro
 	}
 	if nr >= 0 {
 		for mask := 1; mask < p2; mask <<= 1 {
-			pn := nr ^ mask
-			partner := pn + rem
-			if pn < rem {
-				partner = pn * 2
-			}
-			if err := c.exchangeReduce(partner, out, count, dt, op); err != nil {
+			if err := c.exchangeReduce(coreRank(nr^mask, rem), out, count, dt, op); err != nil {
 				return err
 			}
 		}
@@ -302,6 +290,30 @@ func (c *Comm) treeAllReduce(in, out mem, count int, dt DataType, op RedOp) erro
 		return c.recvCopy(r-1, out, count, es)
 	}
 	return nil
+}
+
+// foldStart begins an AllReduce over n ranks that runs on the largest
+// power of two p2 ≤ n of them (the core): it copies in to out (unless in
+// place) and returns p2 and rem = n − p2. The first 2·rem ranks pair up
+// first, odd ranks handing their data to the even neighbour; the core's
+// member v is rank coreRank(v, rem).
+func (c *Comm) foldStart(in, out mem, count, es int) (p2, rem int) {
+	if &in.b[0] != &out.b[0] {
+		copy(out.b[:count*es], in.b[:count*es])
+	}
+	p2 = 1
+	for p2*2 <= c.nranks {
+		p2 *= 2
+	}
+	return p2, c.nranks - p2
+}
+
+// coreRank is the rank of member v of foldStart's power-of-two core.
+func coreRank(v, rem int) int {
+	if v < rem {
+		return v * 2
+	}
+	return v + rem
 }
 
 // sendAll sends m[0:count) to rank dst, piece by piece over the channels.

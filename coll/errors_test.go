@@ -83,24 +83,7 @@ func TestAbort(t *testing.T) {
 // TestMismatch: different counts on different ranks are reported as
 // ErrMismatch, and no rank hangs.
 func TestMismatch(t *testing.T) {
-	var mu sync.Mutex
-	mismatch := 0
-	errs := runRanks(t, 2, Options{Timeout: 5 * time.Second, Algorithm: AlgoRing}, func(c *Comm) error {
-		n := 1000 + 500*c.Rank()
-		buf, _ := c.Alloc(4 * n)
-		err := c.AllReduce(context.Background(), buf, buf, Float32, Sum)
-		if errors.Is(err, ErrMismatch) {
-			mu.Lock()
-			mismatch++
-			mu.Unlock()
-		}
-		if err == nil {
-			t.Errorf("rank %d: no error", c.Rank())
-		}
-		return nil
-	})
-	noErrors(t, errs)
-	if mismatch == 0 {
+	if mismatch := countMismatch(t, Options{Timeout: 5 * time.Second, Algorithm: AlgoRing}, [2]int{1000, 1500}); mismatch == 0 {
 		t.Error("nobody reported ErrMismatch")
 	}
 	// Sizes of different lanes (proto.go): LL against the small-message
@@ -109,7 +92,7 @@ func TestMismatch(t *testing.T) {
 		testLaneMismatch(t, sizes)
 	}
 	// Different collectives entirely.
-	errs = runRanks(t, 2, Options{Timeout: 5 * time.Second}, func(c *Comm) error {
+	errs := runRanks(t, 2, Options{Timeout: 5 * time.Second}, func(c *Comm) error {
 		buf, _ := c.Alloc(64)
 		var err error
 		if c.Rank() == 0 {
@@ -327,12 +310,22 @@ func direct(c *Comm, f func() error) error {
 // sizes[1] on rank 1 fails with ErrMismatch, quickly.
 func testLaneMismatch(t *testing.T, sizes [2]int) {
 	t.Helper()
+	start := time.Now()
+	mismatch := countMismatch(t, Options{Timeout: 20 * time.Second, Transport: "shm"}, sizes)
+	if mismatch == 0 || time.Since(start) > 10*time.Second {
+		t.Errorf("sizes %v: %d ErrMismatch, after %v", sizes, mismatch, time.Since(start))
+	}
+}
+
+// countMismatch runs an AllReduce of sizes[r] float32 on rank r of two,
+// each expected to fail, and returns how many ranks failed with
+// ErrMismatch.
+func countMismatch(t *testing.T, opts Options, sizes [2]int) int {
+	t.Helper()
 	var mu sync.Mutex
 	mismatch := 0
-	start := time.Now()
-	errs := runRanks(t, 2, Options{Timeout: 20 * time.Second, Transport: "shm"}, func(c *Comm) error {
-		n := sizes[c.Rank()]
-		buf, _ := c.Alloc(4 * n)
+	errs := runRanks(t, 2, opts, func(c *Comm) error {
+		buf, _ := c.Alloc(4 * sizes[c.Rank()])
 		err := c.AllReduce(context.Background(), buf, buf, Float32, Sum)
 		if errors.Is(err, ErrMismatch) {
 			mu.Lock()
@@ -345,7 +338,5 @@ func testLaneMismatch(t *testing.T, sizes [2]int) {
 		return nil
 	})
 	noErrors(t, errs)
-	if mismatch == 0 || time.Since(start) > 10*time.Second {
-		t.Errorf("sizes %v: %d ErrMismatch, after %v", sizes, mismatch, time.Since(start))
-	}
+	return mismatch
 }

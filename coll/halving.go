@@ -35,21 +35,14 @@ const hdMaxSteps = 32
 
 // halvingAllReduce is Rabenseifner's AllReduce, described above.
 func (c *Comm) halvingAllReduce(in, out mem, count int, dt DataType, op RedOp) error {
-	n, r, es := c.nranks, c.rank, dt.Size()
-	if &in.b[0] != &out.b[0] {
-		copy(out.b[:count*es], in.b[:count*es])
-	}
-	p2 := 1
-	for p2*2 <= n {
-		p2 *= 2
-	}
-	rem := n - p2
+	r, es := c.rank, dt.Size()
+	p2, rem := c.foldStart(in, out, count, es)
 	nr := r - rem
 	if r < 2*rem {
 		if r%2 == 1 {
 			// out is overwritten only by the result r-1 sends back,
 			// after it received this.
-			if err := c.sendAllFrom(r-1, out, count, es, false); err != nil {
+			if err := c.sendAllHeld(r-1, out, count, es); err != nil {
 				return err
 			}
 			return c.recvCopy(r-1, out, count, es)
@@ -59,17 +52,11 @@ func (c *Comm) halvingAllReduce(in, out mem, count int, dt DataType, op RedOp) e
 		}
 		nr = r / 2
 	}
-	rankOf := func(v int) int { // a rank of the power-of-two core, as a rank
-		if v < rem {
-			return v * 2
-		}
-		return v + rem
-	}
 	align := max(1, 64/es)
 	var lo, hi [hdMaxSteps]int
 	l, h, k := 0, count, 0
 	for mask := p2 >> 1; mask >= 1; mask >>= 1 {
-		partner := rankOf(nr ^ mask)
+		partner := coreRank(nr^mask, rem)
 		mid := min(h, l+alignUp(ceilDiv(h-l, 2), align))
 		sl, sh, kl, kh := mid, h, l, mid // send the upper half, keep the lower
 		if nr&mask != 0 {
@@ -85,7 +72,7 @@ func (c *Comm) halvingAllReduce(in, out mem, count int, dt DataType, op RedOp) e
 	c.finish(dt, op, out.at(l, h, es))
 	for mask := 1; mask < p2; mask <<= 1 {
 		k--
-		partner := rankOf(nr ^ mask)
+		partner := coreRank(nr^mask, rem)
 		// The partner holds the rest of [lo[k], hi[k]).
 		rl, rh := lo[k], l
 		if l == lo[k] {
@@ -97,7 +84,7 @@ func (c *Comm) halvingAllReduce(in, out mem, count int, dt DataType, op RedOp) e
 		l, h = lo[k], hi[k]
 	}
 	if r < 2*rem {
-		return c.sendAllFrom(r+1, out, count, es, true)
+		return c.sendAll(r+1, out, count, es)
 	}
 	return nil
 }
@@ -172,13 +159,10 @@ func (c *Comm) doublingStep(partner int, m mem, sl, sh, rl, rh, es int, waited b
 	return nil
 }
 
-// sendAllFrom sends m[0:count) to dst piece by piece: through sendFrom
-// when final, else straight from m (the caller knows m stays unchanged
-// until dst has received it).
-func (c *Comm) sendAllFrom(dst int, m mem, count, es int, final bool) error {
-	if final {
-		return c.sendAll(dst, m, count, es)
-	}
+// sendAllHeld sends m[0:count) to dst piece by piece straight from m
+// (sendHeld: the caller knows m stays unchanged until dst has received
+// it); sendAll is the staged form.
+func (c *Comm) sendAllHeld(dst int, m mem, count, es int) error {
 	ce := c.chunkElems(es)
 	for p, st := 0, 0; st < count; p, st = p+1, st+ce {
 		if err := c.sendHeld(c.ch(dst, p), m, m.at(st, min(st+ce, count), es)); err != nil {

@@ -202,31 +202,26 @@ const settleWait = 5 * time.Second
 // reserve waits for the credit to send the channel's next message in
 // chunk slots; a message of another lane takes its own credit
 // (reserveLane, when posted).
-func (c *Comm) reserve(ch *channel) error {
-	k := ch.sk
-	if k < ch.slots {
-		return nil
-	}
-	off := int(k%ch.slots) * wordSize
-	want := k + 1 - ch.slots
-	if sys.Load64(ch.acks, off) == want {
-		return nil
-	}
-	return c.waitWord(ch.acks, off, want, ch, laneNone)
-}
+func (c *Comm) reserve(ch *channel) error { return c.waitCredit(ch, ch.sk, ch.slots, ch.acks) }
 
 // reserveLane waits for the credit to send the next message of lane l.
 func (c *Comm) reserveLane(ch *channel, l *lane) error {
-	k := l.sk
-	if k < l.slots {
+	return c.waitCredit(ch, l.sk, l.slots, l.acks)
+}
+
+// waitCredit waits until message k of a ring of slots, whose credit
+// words are acks, may be sent: the receiver has released message
+// k - slots.
+func (c *Comm) waitCredit(ch *channel, k, slots uint64, acks []byte) error {
+	if k < slots {
 		return nil
 	}
-	off := int(k%l.slots) * wordSize
-	want := k + 1 - l.slots
-	if sys.Load64(l.acks, off) == want {
+	off := int(k%slots) * wordSize
+	want := k + 1 - slots
+	if sys.Load64(acks, off) == want {
 		return nil
 	}
-	return c.waitWord(l.acks, off, want, ch, laneNone)
+	return c.waitWord(acks, off, want, ch, laneNone)
 }
 
 // stage returns the staging chunk for the channel's next message (made on
