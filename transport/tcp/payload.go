@@ -91,19 +91,30 @@ func (l *link) runPayload() error {
 	}
 	p := &l.pl
 	p.active = false
+	p.release()
 	return l.finishPayload(p)
+}
+
+// release drops the payload's references to memory (destinations, pins,
+// key table): none outlives the frame, and a region deregistered after it
+// is not kept reachable from the link. finishPayload reads none of them.
+func (p *payload) release() {
+	p.segs, p.pins, p.tail, p.tab = nil, nil, nil, keytab.Table{}
+	p.one, p.onePin = [1][]byte{}, [1]keytab.Pin{}
 }
 
 // abortPayload lets go of a payload the connection's end cut short: a
 // receive it was going into is completed (flushed; no later flush finds
-// it, it was taken from the queue).
+// it, it was taken from the queue), also when a region went away and the
+// rest was being skipped (finishPayload would have completed it).
 func (l *link) abortPayload() {
 	p := &l.pl
 	if !p.active {
 		return
 	}
 	p.active = false
-	if !p.lost && (p.fin == finWriteImm || p.fin == finSend || p.fin == finRecvFail) {
+	p.release()
+	if p.fin == finWriteImm || p.fin == finSend || p.fin == finRecvFail {
 		clear(l.segs[:])
 		l.lostRecv()
 	}
@@ -130,7 +141,8 @@ func (l *link) movePayload() error {
 			}
 			p.skip -= p.off
 			p.skip += len(p.tail)
-			p.segs, p.tail, p.lost = nil, nil, true
+			p.release()
+			p.lost = true
 			break
 		}
 		if err != nil {
@@ -276,9 +288,15 @@ func (l *link) answer(res rcproto.Result, pay int) error {
 	if r.Failed() {
 		// A fatal NAK (remote access, invalid request): the IBTA moves
 		// the responder to ERROR too.
+		if pay == 0 {
+			return l.failResponder()
+		}
 		return l.startSkip(pay, finFail, 0)
 	}
 	l.drainResponses(false)
+	if pay == 0 {
+		return nil
+	}
 	return l.startSkip(pay, finNone, 0)
 }
 

@@ -191,3 +191,41 @@ func TestPollPayloadDereg(t *testing.T) {
 	}
 	a.waitState(verbs.QPError, 5*time.Second)
 }
+
+// TestPollPayloadDeregLinkEnds: a WRITE_IMM's target is deregistered in
+// the middle of its payload (the rest is being skipped) and then the
+// connection ends: the receive the WRITE_IMM took must still complete
+// (it is in no queue a flush would find).
+func TestPollPayloadDeregLinkEnds(t *testing.T) {
+	a, c := pollerEnd(t)
+	buf := make([]byte, 256<<10)
+	mr, err := a.pd.RegMR(buf, verbs.AccessAll)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.postRecv(7)
+	const n = 200 << 10
+	src := make([]byte, n)
+	pattern(src, 3)
+	writeAll(t, c, hdr(frame{op: opWriteImm, psn: 1000, length: n, rkey: mr.RKey(), raddr: mr.Addr(), imm: 5}), src[:100<<10])
+	pollFor(a, 20*time.Millisecond)
+	if active, got := midPayload(t, a.qp); !active || got == 0 {
+		t.Fatalf("payload in progress %v, %d bytes placed", active, got)
+	}
+	if err := mr.Dereg(); err != nil {
+		t.Fatal(err)
+	}
+	writeAll(t, c, src[100<<10:150<<10]) // the rest never comes
+	pollFor(a, 20*time.Millisecond)
+	if active, _ := midPayload(t, a.qp); !active {
+		t.Fatal("the payload ended before the connection did")
+	}
+	// The link goroutine, not pollers (which leave the end of the stream
+	// to it), finds the connection's end.
+	pollersOnly.Store(false)
+	c.Close()
+	wc := a.waitCQ(a.rcq, 1, 5*time.Second)[0]
+	if wc.WRID != 7 || wc.Status == verbs.StatusSuccess {
+		t.Fatalf("receive completed as %+v, want wr 7 with an error", wc)
+	}
+}

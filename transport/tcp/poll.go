@@ -17,8 +17,8 @@ package tcp
 // leaves the rest in l.pl (payload.go), which the next holder of rmu
 // finishes first. What it must not do it hands to the link goroutine
 // with a kick (kickLocked): the output stall (awaitOutput blocks), the
-// end of the link (an error, a responder failure that lingers). The kick sets handover, which keeps pollers off,
-// wakes the link goroutine from either of its waits (rwake ends a sleep,
+// end of the link (an error, a responder failure that lingers). The kick
+// sets handover, which keeps pollers off, wakes the link goroutine from either of its waits (rwake ends a sleep,
 // a read deadline in the past a wait for input), and the link goroutine
 // clears both under rmu before it reads. So the socket is read by one
 // goroutine at a time.
@@ -109,8 +109,8 @@ func (l *link) poll() (busy bool) {
 		l.appAsleep.Store(false)
 	}
 	if l.handover.Load() || !l.rmu.TryLock() {
-		// The link goroutine is at work, or about to be (a payload too
-		// large for a poller, say), or another poller is: nothing to do
+		// The link goroutine is at work, or about to be (the end of the
+		// link, say), or another poller is: nothing to do
 		// here, and the one at work may need this CPU (2-rank AllReduce
 		// 1 MiB over tcp in 256 KiB messages, which the link goroutine
 		// reads, took 770-1200 µs while pollers kept the CPU).
@@ -245,8 +245,7 @@ func (l *link) pollRead(want int) (got, short bool) {
 
 // kickLocked hands the read side to the link goroutine (rmu held): a
 // poller leaves it work that it must do at once, which no input may
-// announce (the output stall, the end of the link) or which is its alone
-// (a payload to read straight into place). The link goroutine is woken
+// announce (the output stall, the end of the link). The link goroutine is woken
 // from either of its waits: a read deadline in the past ends a wait for
 // input, rwake a sleep; pollers keep off until it has taken over.
 func (l *link) kickLocked() {

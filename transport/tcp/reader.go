@@ -291,7 +291,12 @@ func (l *link) readDirectPinned(seg []byte, tab keytab.Table, pin keytab.Pin) (i
 			return 0, errDeregistered
 		case l.tryErr == sys.ErrAgain:
 			l.flushOwed()
-			l.setLowatN(len(seg))
+			if l.lowat == 1 || l.lowat > len(seg) {
+				// Any mark up to len(seg) is safe (that much is still to
+				// come); one set for an earlier part of the payload
+				// stays, a system call saved per partial read.
+				l.setLowatN(len(seg))
+			}
 			continue
 		case l.tryErr != nil:
 			return 0, l.tryErr
