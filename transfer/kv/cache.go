@@ -353,7 +353,10 @@ func (s *Store) getCached(ctx context.Context, keys [][]byte, dsts []Buf, pendin
 	b := hdr.Bytes()
 	for j, i := range idx {
 		if failed[i] != nil || binary.LittleEndian.Uint64(b[8*j:]) != cl[j].ver {
+			// Forgotten here too: speculate would read it again, and the
+			// master's answer must be kept afresh.
 			s.cache.drop(keys[i])
+			kept[i] = cachedLoc{}
 			continue
 		}
 		sizes[i], pending[i] = cl[j].size, false

@@ -411,13 +411,7 @@ func testConcurrentSameKeys(t *testing.T, dev string) {
 	ctx := context.Background()
 	// Nothing dies here: tcfg's long leases and peer timeouts.
 	ss := cluster(t, dev, 3, 4<<20, nil)
-	cc := Config{Addr: ss[0].Addr(), Transfer: tcfg(dev)}
-	c, err := Open(ctx, cc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	clients := []*Store{ss[1], ss[2], c}
+	clients := []*Store{ss[1], ss[2], client(t, dev, ss[0].Addr())}
 	keys := [][]byte{[]byte("k0"), []byte("k1"), []byte("k2")}
 	var wg sync.WaitGroup
 	var mu sync.Mutex
