@@ -619,10 +619,7 @@ func (c *Comm) waitLow(mem []byte, off int, f uint32, peer int) error {
 	for i := 1; uint32(sys.Load64(mem, off)) != f; i++ {
 		if i&255 == 0 {
 			if err := c.checkWait(peer, c.op.ctx.Done(), start, deadline); err != nil {
-				if err == errGone && uint32(sys.Load64(mem, off)) == f {
-					return nil
-				}
-				return c.stop(err, peer)
+				return c.stop(err, peer, uint32(sys.Load64(mem, off)) == f)
 			}
 			c.backoff(start)
 		}
@@ -766,10 +763,7 @@ func (c *Comm) waitWord(mem []byte, off int, want uint64, ch *channel, awaited l
 			continue
 		}
 		if err := c.checkWait(peer, done, start, deadline); err != nil {
-			if err == errGone && sys.Load64(mem, off) == want {
-				return nil
-			}
-			return c.stop(err, peer)
+			return c.stop(err, peer, sys.Load64(mem, off) == want)
 		}
 		if flag && c.otherArrived(ch, awaited) && sys.Load64(mem, off) != want {
 			return c.fail(fmt.Errorf("%w: rank %d in %s: rank %d sent a message of another size",
@@ -836,10 +830,7 @@ func (c *Comm) waitWordPolling(mem []byte, off int, want uint64, ch *channel, fl
 			continue
 		}
 		if err := c.pollWait(ch.q, i, peer, done, start, deadline); err != nil {
-			if err == errGone && sys.Load64(mem, off) == want {
-				return nil
-			}
-			return c.stop(err, peer)
+			return c.stop(err, peer, sys.Load64(mem, off) == want)
 		}
 	}
 }
@@ -883,12 +874,8 @@ func (c *Comm) waitPoll(q *qpState) error {
 		if ep.sleepWait {
 			// The poll reads the socket, and yields when idle
 			// (waitWordPolling).
-			err := c.pollWait(q, i, q.peer, done, start, deadline)
-			if err == errGone && q.completed != was {
-				return nil
-			}
-			if err != nil || q.completed != was {
-				return c.stop(err, q.peer)
+			if err := c.pollWait(q, i, q.peer, done, start, deadline); err != nil || q.completed != was {
+				return c.stop(err, q.peer, q.completed != was)
 			}
 			continue
 		}
@@ -898,10 +885,11 @@ func (c *Comm) waitPoll(q *qpState) error {
 		}
 		if i&15 == 0 {
 			if err := c.checkWait(q.peer, done, start, deadline); err == errGone {
-				if n, err := c.pollCQ(ep, q.cq); n > 0 || err != nil {
+				n, err := c.pollCQ(ep, q.cq)
+				if err != nil {
 					return err
 				}
-				return c.stop(errGone, q.peer)
+				return c.stop(errGone, q.peer, n > 0)
 			} else if err != nil {
 				return err
 			}
@@ -948,8 +936,12 @@ func (c *Comm) checkWait(peer int, done <-chan struct{}, start, deadline time.Ti
 var errGone = errors.New("coll: peer left")
 
 // stop is the error a wait ends with after checkWait's err and one more
-// look that found nothing: errGone becomes the communicator's failure.
-func (c *Comm) stop(err error, peer int) error {
+// look, which found what the wait was for (arrived) or not: errGone
+// becomes nil if it had arrived, else the communicator's failure.
+func (c *Comm) stop(err error, peer int, arrived bool) error {
+	if err == errGone && arrived {
+		return nil
+	}
 	if err == errGone {
 		return c.fail(fmt.Errorf("%w: rank %d in %s: rank %d closed the communicator", ErrPeerLost, c.rank, c.op.desc(), peer), true)
 	}
