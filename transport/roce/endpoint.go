@@ -248,7 +248,7 @@ func listenFD(bind netip.AddrPort) (int, netip.AddrPort, error) {
 	if err != nil {
 		return -1, local, bindError(bind, err)
 	}
-	v6 := bind.Addr().Is6() && !bind.Addr().Is4In6() // ListenUDPFD's choice
+	v6 := local.Addr().Is6() // the family ListenUDPFD chose (it unmaps an AF_INET address)
 	if err := sys.SetUDPOptions(fd, v6, tosECT, sockBuf, true); err != nil {
 		sys.Close(fd)
 		return -1, local, fmt.Errorf("roce: socket options: %w", err)
