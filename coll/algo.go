@@ -331,18 +331,22 @@ func (c *Comm) sendAll(dst int, m mem, count, es int) error {
 func (c *Comm) recvCopy(src int, m mem, count, es int) error {
 	ce := c.chunkElems(es)
 	for p, st := 0, 0; st < count; p, st = p+1, st+ce {
-		en := min(st+ce, count)
-		ch := c.ch(src, p)
-		slot, err := c.recv(ch, (en-st)*es)
-		if err != nil {
-			return err
-		}
-		copy(m.at(st, en, es), slot)
-		if err := c.release(ch); err != nil {
+		if err := c.copyIn(c.ch(src, p), m, st, min(st+ce, count), es); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// copyIn receives ch's next message, elements [st, en) of the peer's
+// data, into the same elements of m (reduceIn's twin).
+func (c *Comm) copyIn(ch *channel, m mem, st, en, es int) error {
+	slot, err := c.recv(ch, (en-st)*es)
+	if err != nil {
+		return err
+	}
+	copy(m.at(st, en, es), slot)
+	return c.release(ch)
 }
 
 // recvReduce receives count elements from src and reduces them into m.

@@ -144,14 +144,7 @@ func (c *Comm) doublingStep(partner int, m mem, sl, sh, rl, rh, es int, waited b
 		}
 		if i := j - ahead; i >= 0 && i < nr {
 			st := rl + i*ce
-			en := min(st+ce, rh)
-			ch := c.ch(partner, i)
-			slot, err := c.recv(ch, (en-st)*es)
-			if err != nil {
-				return err
-			}
-			copy(m.at(st, en, es), slot)
-			if err := c.release(ch); err != nil {
+			if err := c.copyIn(c.ch(partner, i), m, st, min(st+ce, rh), es); err != nil {
 				return err
 			}
 		}
