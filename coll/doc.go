@@ -151,7 +151,7 @@
 //	RDMAKIT_COLL_HCA             RDMA devices[:port] (NCCL_IB_HCA syntax; NCCL_IB_HCA is read too)
 //	RDMAKIT_COLL_GID_INDEX       RoCE GID index | auto (NCCL_IB_GID_INDEX is read too)
 //	RDMAKIT_COLL_CHANNELS        QPs per peer (default 2, 1 with tcp; else NCCL_SOCKET_NTHREADS × NCCL_NSOCKS_PERTHREAD)
-//	RDMAKIT_COLL_CHUNK           pipeline chunk bytes (default 256K, 64K with tcp)
+//	RDMAKIT_COLL_CHUNK           pipeline chunk bytes (default 256K)
 //	RDMAKIT_COLL_SLOTS           FIFO depth in chunks (default 8; shm's small-message rings are apart)
 //	RDMAKIT_COLL_SPIN            how long a wait spins before yielding (default 10µs; 0 oversubscribed)
 //	RDMAKIT_COLL_BIND            core: pin the k-th rank of a host to the k-th CPU | none (default)

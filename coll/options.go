@@ -69,7 +69,7 @@ type Options struct {
 	Channels int
 	// ChunkSize is the size of one pipelined message (and of a slot of a
 	// receive FIFO). RDMAKIT_COLL_CHUNK (bytes, K/M suffixes); default
-	// 256 KiB, 64 KiB when any two ranks talk over tcp (see tcpChunk).
+	// 256 KiB (over tcp too: see tcpChunk).
 	// Rounded to a multiple of 4 KiB.
 	ChunkSize int
 	// Slots is the depth of each receive FIFO (messages in flight per

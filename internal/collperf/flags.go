@@ -217,7 +217,7 @@ var collFlags = []collFlag{
 		return nil
 	}},
 	{0, []string{"channels"}, true, true, "channels (QPs) per peer (default: RDMAKIT_COLL_CHANNELS, or 2; 1 when some pair of ranks talks over tcp)", intFlag("--channels", 0, 64, func(p *collPerfFlags) *int { return &p.opts.Channels })},
-	{0, []string{"chunk"}, true, true, "pipeline chunk size in bytes (default: RDMAKIT_COLL_CHUNK, or 256K; 64K when some pair of ranks talks over tcp)", sizeFlag("chunk", func(p *collPerfFlags) *int { return &p.opts.ChunkSize })},
+	{0, []string{"chunk"}, true, true, "pipeline chunk size in bytes (default: RDMAKIT_COLL_CHUNK, or 256K)", sizeFlag("chunk", func(p *collPerfFlags) *int { return &p.opts.ChunkSize })},
 	{0, []string{"cpuprofile"}, true, true, "write rank 0's CPU profile to this file", func(p *collPerfFlags, v string) error { p.cpuProfile = v; return nil }},
 }
 
