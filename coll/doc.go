@@ -88,7 +88,8 @@
 // binomial tree; AllToAll pairwise exchange. The choice follows a small
 // tuning table by collective, rank count and size (tune.go;
 // Options.TreeThreshold moves the tree/ring cross-over; over tcp from 4
-// ranks, a power of two, halving replaces the ring up to 16 MiB/N)
+// ranks, a power of two, halving replaces the ring up to 16 MiB/N, for
+// AllReduce up to 2 MiB)
 // unless RDMAKIT_COLL_ALGO=ring|tree|direct|halving (else NCCL_ALGO) or
 // Options.Algorithm forces it.
 //

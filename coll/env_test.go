@@ -183,6 +183,9 @@ func TestTuning(t *testing.T) {
 		{kAllReduce, 4, 1 << 20, AlgoAuto, AlgoHalving, true},
 		{kAllReduce, 8, 1 << 20, AlgoAuto, AlgoHalving, true},
 		{kAllReduce, 8, 16 << 20, AlgoAuto, AlgoRing, true},
+		{kAllReduce, 4, 2 << 20, AlgoAuto, AlgoHalving, true},
+		{kAllReduce, 4, 4 << 20, AlgoAuto, AlgoRing, true}, // halvingMaxAllReduce
+		{kAllReduce, 8, 2 << 20, AlgoAuto, AlgoHalving, true},
 		{kAllReduce, 6, 1 << 20, AlgoAuto, AlgoRing, true},  // not a power of two
 		{kAllReduce, 2, 1 << 20, AlgoAuto, AlgoRing, true},  // two steps either way
 		{kAllReduce, 8, 1 << 20, AlgoAuto, AlgoRing, false}, // shm

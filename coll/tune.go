@@ -95,7 +95,7 @@ func (c *Comm) pickAlgo(kind byte, bytes int) Algorithm {
 	if bytes <= c.opts.TreeThreshold*(n-1)/steps {
 		return AlgoTree
 	}
-	if kind == kAllReduce && halving {
+	if kind == kAllReduce && halving && bytes <= halvingMaxAllReduce {
 		return AlgoHalving
 	}
 	return AlgoRing
@@ -104,10 +104,11 @@ func (c *Comm) pickAlgo(kind byte, bytes int) Algorithm {
 // Over tcp, from 4 ranks (a power of two), AllReduce above the tree's
 // sizes, AllGather and ReduceScatter above the direct ones use the halving
 // algorithms instead of the ring, up to halvingMaxBytes/n (the vector, the
-// whole output, the whole input): 2 log₂ n (AllGather, ReduceScatter
-// log₂ n) steps instead of 2(n−1) (n−1), the same bytes. Every ring step
-// waits for the rank before it, and with ranks outnumbering cores that
-// rank must first be scheduled. 2-core host, shared (load 5-15), µs,
+// whole output, the whole input; AllReduce's vector at most
+// halvingMaxAllReduce): 2 log₂ n (AllGather, ReduceScatter log₂ n)
+// steps instead of 2(n−1) (n−1), the same bytes. Every ring step waits
+// for the rank before it, and with ranks outnumbering cores that rank
+// must first be scheduled. 2-core host, shared (load 5-15), µs,
 // medians of 3 launches alternating ring / halving:
 //
 //	AllReduce      4 ranks 256 KiB 768 / 340, 1 MiB 2103 / 1384, 4 MiB 6277 / 5056,
@@ -126,4 +127,11 @@ func (c *Comm) pickAlgo(kind byte, bytes int) Algorithm {
 const (
 	halvingMinRanks = 4
 	halvingMaxBytes = 16 << 20 // over the rank count: 4 MiB at 4 ranks, 2 MiB at 8
+	// halvingMaxAllReduce caps AllReduce's halving further: with 256 KiB
+	// chunks over tcp (coll/net.go tcpChunk) the ring's pipeline wins from
+	// 4 MiB at 4 ranks too. Same host, A/B alternating, µs, auto (halving)
+	// / ring: 4 ranks 4 MiB medians of 5 5164 / 4633, of 3 6026 / 4993;
+	// 4 ranks 2 MiB 2181 / 2281; 8 ranks 2 MiB 6952 / 7984 (8 ranks 4 MiB
+	// was the ring's already: 15909 / 17279 halving).
+	halvingMaxAllReduce = 2 << 20
 )
