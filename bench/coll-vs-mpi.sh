@@ -231,7 +231,7 @@ HEADING="Collectives vs Open MPI and Gloo"
   echo "time per call = maximum over ranks. Ratios divide rdmakit's busbw by the peer's on the same path"
   echo "(shm: Open MPI vader; tcp: Open MPI btl tcp and Gloo tcp, all on loopback); above 1× rdmakit is faster."
   echo "rdmakit: \`rdmakit coll-perf … -a 3 --ranks $RANKS --transport shm|tcp\`${RDMAKIT_ENV:+ with $RDMAKIT_ENV}, shm ranks with RDMAKIT_COLL_BIND=$BIND"
-  echo "(core: pinned, and Open MPI's sm ranks with --bind-to core; neither pins ranks that outnumber the CPUs; default options: auto algorithm, 2 channels and 256 KiB chunks on shm, 1 channel and 64 KiB chunks over tcp);"
+  echo "(core: pinned, and Open MPI's sm ranks with --bind-to core; neither pins ranks that outnumber the CPUs; default options: auto algorithm, 2 channels and 256 KiB chunks on shm, 1 channel and 256 KiB chunks over tcp);"
   echo "Open MPI: \`bench/src/mpi_coll_bench.c\` (MPI_Allreduce, MPI_Allgather, MPI_Reduce_scatter_block); Gloo: \`bench/src/gloo_coll_bench.cc\`"
   echo "(AllreduceRing, allgather, ReduceScatterHalvingDoubling)."
   [ -n "$GLOO_NOTE" ] && { echo; echo "$GLOO_NOTE"; }
