@@ -66,6 +66,11 @@ type Comm struct {
 	// foldIn and scratch serve foldRanks (direct.go).
 	foldIn  [][]byte
 	scratch []byte
+	// owing are the channels whose credits wait for their next post or
+	// the next wait (deferCredits in proto.go); capacity: every channel.
+	owing []*channel
+	// paidAlone counts the credit writes posted on their own (ack).
+	paidAlone uint64
 
 	// memMu guards regions.
 	memMu   sync.Mutex

@@ -69,7 +69,10 @@
 // rank sends a message by an RDMA write of the data into a slot of the
 // receiver's FIFO followed by an 8-byte write of a flag word; the receiver
 // busy-polls the flag, uses the data in place, and returns credits by
-// writing into the sender's memory (see proto.go). Large messages are cut
+// writing into the sender's memory (see proto.go); on devices that are
+// not write-on-post (tcp, RDMA NICs) the credits ride with its next
+// message to that peer, in the same post, or go when it next waits,
+// whichever comes first. Large messages are cut
 // into chunks, pipelined through the FIFOs and striped over the channels.
 // The flag carries a signature of the call (collective, count, type,
 // operator, root, algorithm, sequence number), so ranks that call

@@ -154,8 +154,8 @@ type channel struct {
 	flagAddr uint64
 	srcKey   uint32
 	stage    *region
-	wr       [2]verbs.SendWR
-	sge      [2]verbs.SGE
+	wr       [4]verbs.SendWR // a message's data and flag, after up to two credit writes
+	sge      [4]verbs.SGE
 
 	// The LL and small-message rings (write-on-post endpoints only).
 	lanes  [nLanes]lane
@@ -179,6 +179,11 @@ type channel struct {
 	ackSrc   []byte // Slots words
 	ackAddr  uint64
 	ackBatch uint64
+	// owing is ch's index in Comm.owing while credits are due to the
+	// peer and wait for the next post on ch or the next wait (endpoints
+	// that are not synchronous: see deferCredits in proto.go); -1 when
+	// none are.
+	owing int
 }
 
 // lane is a ring of slots of a channel with its own message counters and
@@ -436,6 +441,7 @@ func (c *Comm) setup(ctx context.Context) error {
 					llBuf:    make([]byte, llMax),
 					ackBatch: uint64(max(1, S/2)),
 					pend:     laneMain,
+					owing:    -1,
 				}
 				ao := 0 // the lanes' credit words, in acks after ackBytes and in src after 2*ackBytes
 				for l := range chn.lanes {
@@ -450,6 +456,13 @@ func (c *Comm) setup(ctx context.Context) error {
 			}
 		}
 	}
+	nch := 0
+	for _, pr := range c.peers {
+		if pr != nil {
+			nch += len(pr.ch)
+		}
+	}
+	c.owing = make([]*channel, 0, nch)
 
 	// Round 1: tell each peer, per channel, how to reach our QP and where
 	// to write.

@@ -299,20 +299,26 @@ func (c *Comm) post(ch *channel, src []byte, sr srcRef) error {
 		return nil
 	}
 	putWord(ch.flagSrc[slot*wordSize:], uint64(flagOf(k))|uint64(c.op.sig)<<32)
-	n := uint64(0)
 	wrs := ch.wr[:0]
+	if ch.owing >= 0 {
+		// The credits due to the peer go along (deferCredits).
+		c.unowe(ch)
+		wrs = c.appendAcks(ch, wrs, ch.acked, ch.rk, ch.slots, ch.ackSrc, ch.ackAddr, ch.remAcks)
+		ch.acked = ch.rk
+	}
 	if len(src) > 0 {
-		ch.sge[0] = verbs.SGE{Addr: uint64(sys.Addr(src)), Length: uint32(len(src)), LKey: sr.lkey}
-		w := verbs.SendWR{ID: wrID(q, q.posted+1), Opcode: verbs.OpWrite, SGL: ch.sge[0:1],
+		j := len(wrs)
+		ch.sge[j] = verbs.SGE{Addr: uint64(sys.Addr(src)), Length: uint32(len(src)), LKey: sr.lkey}
+		w := verbs.SendWR{ID: wrID(q, q.posted+uint64(j)+1), Opcode: verbs.OpWrite, SGL: ch.sge[j : j+1],
 			RemoteAddr: ch.remSlots + slot*uint64(ch.stride), RKey: ch.remKey}
 		if len(src) <= ch.inline {
 			w.Flags = verbs.SendInline
 		}
 		wrs = append(wrs, w)
-		n++
 	}
-	ch.sge[1] = verbs.SGE{Addr: ch.flagAddr + slot*wordSize, Length: wordSize, LKey: ch.srcKey}
-	fw := verbs.SendWR{ID: wrID(q, q.posted+n+1), Opcode: verbs.OpWrite, SGL: ch.sge[1:2],
+	j := len(wrs)
+	ch.sge[j] = verbs.SGE{Addr: ch.flagAddr + slot*wordSize, Length: wordSize, LKey: ch.srcKey}
+	fw := verbs.SendWR{ID: wrID(q, q.posted+uint64(j)+1), Opcode: verbs.OpWrite, SGL: ch.sge[j : j+1],
 		RemoteAddr: ch.remFlags + slot*wordSize, RKey: ch.remKey}
 	if ch.inline >= wordSize {
 		fw.Flags = verbs.SendInline
@@ -321,10 +327,11 @@ func (c *Comm) post(ch *channel, src []byte, sr srcRef) error {
 		fw.Flags |= verbs.SendSignaled
 	}
 	wrs = append(wrs, fw)
-	n++
+	n := uint64(len(wrs))
 	if err := c.room(q, n); err != nil {
 		return err
 	}
+	renumber(q, wrs) // room may have posted credits on q (payCredits)
 	if err := q.qp.PostSend(wrs); err != nil {
 		return c.fail(fmt.Errorf("%w: rank %d: posting to rank %d: %v", ErrAborted, c.rank, ch.peer, err), true)
 	}
@@ -648,6 +655,13 @@ func (c *Comm) release(ch *channel) error {
 	if ch.rk-ch.acked < ch.ackBatch {
 		return nil
 	}
+	if !ch.q.ep.sync {
+		if ch.owing < 0 {
+			ch.owing = len(c.owing)
+			c.owing = append(c.owing, ch)
+		}
+		return nil
+	}
 	err := c.ack(ch, ch.acked, ch.rk, ch.slots, ch.ackSrc, ch.ackAddr, ch.remAcks)
 	if err == nil {
 		ch.acked = ch.rk
@@ -655,14 +669,77 @@ func (c *Comm) release(ch *channel) error {
 	return err
 }
 
+// Deferred credits. On endpoints that are not synchronous (tcp, RDMA
+// devices) a credit write is a message of its own: over tcp a system
+// call and a frame the peer must read (one in four calls of a 2-rank
+// 8 B AllReduce, about a microsecond each). So release only notes the
+// credits due (Comm.owing) and they go out with the channel's next
+// message, in the same PostSend (post), or, if a wait comes first, at
+// the start of that wait (payCredits): a rank never blocks with credits
+// unpaid, so the deadlock argument of algo.go holds as if they had been
+// written at release.
+
+// unowe takes ch off Comm.owing.
+func (c *Comm) unowe(ch *channel) {
+	i, last := ch.owing, len(c.owing)-1
+	c.owing[i] = c.owing[last]
+	c.owing[i].owing = i
+	c.owing[last] = nil
+	c.owing = c.owing[:last]
+	ch.owing = -1
+}
+
+// payCredits writes every credit due (a wait is about to start).
+func (c *Comm) payCredits() error {
+	for len(c.owing) > 0 {
+		ch := c.owing[len(c.owing)-1]
+		c.unowe(ch) // before ack, whose room may wait and so come here
+		if err := c.ack(ch, ch.acked, ch.rk, ch.slots, ch.ackSrc, ch.ackAddr, ch.remAcks); err != nil {
+			return err
+		}
+		ch.acked = ch.rk
+	}
+	return nil
+}
+
 // ack writes the credit words of messages [from, to) of a ring of slots
 // into the sender: from src (registered at srcAddr) to its words at rem.
 func (c *Comm) ack(ch *channel, from, to, slots uint64, src []byte, srcAddr, rem uint64) error {
+	q := ch.q
+	wrs := c.appendAcks(ch, ch.wr[:0], from, to, slots, src, srcAddr, rem)
+	n := uint64(len(wrs))
+	if err := c.room(q, n); err != nil {
+		return err
+	}
+	renumber(q, wrs) // room may have posted credits on q (payCredits)
+	if err := q.qp.PostSend(wrs); err != nil {
+		return c.fail(fmt.Errorf("%w: rank %d: posting to rank %d: %v", ErrAborted, c.rank, ch.peer, err), true)
+	}
+	q.posted += n
+	if q.ep.sync {
+		q.completed = q.posted
+	}
+	c.paidAlone++
+	return nil
+}
+
+// renumber gives wrs, to be posted on q next, the IDs that follow
+// q.posted.
+func renumber(q *qpState, wrs []verbs.SendWR) {
+	for j := range wrs {
+		wrs[j].ID = wrID(q, q.posted+uint64(j)+1)
+	}
+}
+
+// appendAcks appends to wrs, which are to be posted on ch's QP next,
+// the writes of the credit words of messages [from, to) of a ring of
+// slots (at most two: the run may wrap), from src (registered at
+// srcAddr) to the sender's words at rem.
+func (c *Comm) appendAcks(ch *channel, wrs []verbs.SendWR, from, to, slots uint64, src []byte, srcAddr, rem uint64) []verbs.SendWR {
 	for i := from; i < to; i++ {
 		putWord(src[(i%slots)*wordSize:], i+1)
 	}
 	q := ch.q
-	wrs := ch.wr[:0]
 	for i := from; i < to; {
 		s := i % slots
 		m := min(to-i, slots-s) // contiguous run of slots
@@ -679,18 +756,7 @@ func (c *Comm) ack(ch *channel, from, to, slots uint64, src []byte, srcAddr, rem
 		wrs = append(wrs, w)
 		i += m
 	}
-	n := uint64(len(wrs))
-	if err := c.room(q, n); err != nil {
-		return err
-	}
-	if err := q.qp.PostSend(wrs); err != nil {
-		return c.fail(fmt.Errorf("%w: rank %d: posting to rank %d: %v", ErrAborted, c.rank, ch.peer, err), true)
-	}
-	q.posted += n
-	if q.ep.sync {
-		q.completed = q.posted
-	}
-	return nil
+	return wrs
 }
 
 // spinFirst is how many times a wait polls before it looks at anything
@@ -732,6 +798,11 @@ const (
 // context's end or the timeout, and backs off from spinning to yielding
 // the CPU when the wait is long.
 func (c *Comm) waitWord(mem []byte, off int, want uint64, ch *channel, awaited laneID) error {
+	if len(c.owing) > 0 {
+		if err := c.payCredits(); err != nil {
+			return err
+		}
+	}
 	flag := awaited != laneNone
 	if ch.q.ep.sleepWait {
 		return c.waitWordPolling(mem, off, want, ch, flag)
@@ -867,6 +938,11 @@ const pollAllEvery = 16
 // waitPoll waits until q has completions to reap (on endpoints with one
 // send CQ: any QP of the endpoint), and reaps them.
 func (c *Comm) waitPoll(q *qpState) error {
+	if len(c.owing) > 0 {
+		if err := c.payCredits(); err != nil {
+			return err
+		}
+	}
 	ep := q.ep
 	start, deadline, done := c.waitLimits()
 	was := q.completed
