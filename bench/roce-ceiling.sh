@@ -15,6 +15,7 @@
 #
 #   bench/roce-ceiling.sh                    # TRIALS=5 N=4000
 #   TRIALS=1 N=1000 bench/roce-ceiling.sh    # quick look
+#   CEIL_SPIN=sr bench/roce-ceiling.sh       # the C programs spin rather than sleep
 #
 # Each trial runs every variant once, the order reversed every other
 # trial. Prints per-trial MiB/s, then each variant's median [min-max] and
@@ -30,12 +31,14 @@ trap 'rm -rf "$DIR"' EXIT
 gcc -O2 -Wall -o "$DIR/ceil" bench/ceiling/ceil.c -lz -ldl
 go build -o "$DIR/rdmakit" ./cmd/rdmakit
 export RDMAKIT_ROCE_IFACES=lo RDMAKIT_ROCE_ADDR=127.0.0.1:0
-run() {  # variant -> MiB/s
+run() {  # variant -> MiB/s, or "-" (and the output on stderr) if it failed
+  local out
   case $1 in
-    tcp0|roce0) "$DIR/rdmakit" perf write_bw --loopback -d "$1" -s 65536 -n "$N" 2>&1 |
-      awk '/#bytes/{getline; print $4; exit}' ;;
-    *) "$DIR/ceil" "$1" "$N" | awk '{print $2}' ;;
+    tcp0|roce0) out=$("$DIR/rdmakit" perf write_bw --loopback -d "$1" -s 65536 -n "$N" 2>&1) || true
+      out=$(awk '/#bytes/{getline; print $4; exit}' <<< "$out") ;;
+    *) out=$("$DIR/ceil" "$1" "$N" 2>&1 | awk '{print $2}') || true ;;
   esac
+  if [[ $out =~ ^[0-9.]+$ ]]; then echo "$out"; else echo "$1 failed: $out" >&2; echo -; fi
 }
 median() { sort -g | awk '{a[NR]=$1} END{print (NR%2)? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 VARS="tcp udp udpcopy udpcrc tcp0 roce0"
@@ -47,9 +50,9 @@ for t in $(seq 1 "$TRIALS"); do
   echo "trial $t: $(for v in $VARS; do printf '%s %s  ' "$v" "$(awk -v t="$t" '{print $t}' <<< "${R[$v]}")"; done)"
 done
 echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores"
-base=$(tr ' ' '\n' <<< "${R[tcp0]}" | grep . | median)
+base=$(tr ' ' '\n' <<< "${R[tcp0]}" | grep '^[0-9]' | median)
 for v in $VARS; do
-  vals=$(tr ' ' '\n' <<< "${R[$v]}" | grep .)
+  vals=$(tr ' ' '\n' <<< "${R[$v]}" | grep '^[0-9]')
   m=$(median <<< "$vals")
   printf '%-8s median %8.0f MiB/s [%s-%s]  /tcp0 %.2f\n' "$v" "$m" \
     "$(sort -g <<< "$vals" | head -1)" "$(sort -g <<< "$vals" | tail -1)" \

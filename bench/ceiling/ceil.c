@@ -43,6 +43,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sched.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
@@ -71,6 +73,11 @@ enum {
 	REGION = 64 << 20,    // source and destination regions
 	SOCKBUF = 8 << 20,
 };
+
+// spinS, spinR: the sender, the receiver waits by spinning on non-blocking
+// calls (sched_yield between tries), as rdmakit's pollers do, rather than
+// sleeping in the kernel (CEIL_SPIN=s, r or sr; by default both sleep).
+static int spinS, spinR;
 
 static uint32_t (*crcfn)(uint32_t, const void *, size_t);
 static const char *crcname = "zlib";
@@ -120,6 +127,28 @@ static char *region(void) {
 	return r;
 }
 
+// spawn forks the receiver; the sender starts its clock only once the
+// receiver has said (ready) that its region is allocated and touched.
+static int readyfd[2];
+
+static pid_t spawn(void) {
+	if (pipe(readyfd) < 0)
+		die("pipe");
+	return fork();
+}
+
+static void ready(void) {
+	char b = 1;
+	if (write(readyfd[1], &b, 1) != 1)
+		die("ready");
+}
+
+static void awaitready(void) {
+	char b;
+	if (read(readyfd[0], &b, 1) != 1)
+		die("await ready");
+}
+
 // ---- tcp ----
 
 // readvfull reads all of v[0..n) (advancing the vector). With lowat, it
@@ -142,6 +171,10 @@ static void readvfull(int fd, struct iovec *v, int n, int lowat) {
 				curlowat = want;
 		}
 		ssize_t k = readv(fd, v, n);
+		if (k < 0 && errno == EAGAIN) {
+			sched_yield();
+			continue;
+		}
 		if (k <= 0)
 			die("tcp readv");
 		for (int j = 0; j < n && k; j++) {
@@ -159,6 +192,10 @@ static void writevfull(int fd, struct iovec *v, int n) {
 		if (!n)
 			return;
 		ssize_t k = writev(fd, v, n > 1024 ? 1024 : n);
+		if (k < 0 && errno == EAGAIN) {
+			sched_yield();
+			continue;
+		}
 		if (k <= 0)
 			die("tcp writev");
 		for (int j = 0; j < n && k; j++) {
@@ -176,13 +213,16 @@ static double tcp(long n) {
 	socklen_t al = sizeof a;
 	if (bind(l, (void *)&a, sizeof a) < 0 || listen(l, 1) < 0 || getsockname(l, (void *)&a, &al) < 0)
 		die("listen");
-	pid_t pid = fork();
+	pid_t pid = spawn();
 	if (pid == 0) { // receiver: each readv takes a payload (in place) and the next header
 		int s = accept(l, 0, 0);
 		char *dst = region();
+		ready();
 		int one = 1;
 		setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-		int lowat = !getenv("CEIL_NOLOWAT");
+		int lowat = !getenv("CEIL_NOLOWAT") && !spinR;
+		if (spinR)
+			fcntl(s, F_SETFL, O_NONBLOCK);
 		uint64_t h[2];
 		struct iovec v[2] = {{h, sizeof h}};
 		readvfull(s, v, 1, lowat);
@@ -202,12 +242,15 @@ static double tcp(long n) {
 		die("connect");
 	int one = 1;
 	setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+	if (spinS)
+		fcntl(s, F_SETFL, O_NONBLOCK);
 	char *src = region();
 	uint64_t h[TCPBATCH][2];
 	struct iovec v[2 * TCPBATCH];
 	int batch = getenv("CEIL_TCPBATCH") ? atoi(getenv("CEIL_TCPBATCH")) : TCPBATCH;
 	if (batch < 1 || batch > TCPBATCH)
 		batch = TCPBATCH;
+	awaitready();
 	double t0 = now();
 	for (long i = 0; i < n;) {
 		int m = 0;
@@ -219,8 +262,17 @@ static double tcp(long n) {
 		writevfull(s, v, 2 * m);
 	}
 	char b;
-	if (read(s, &b, 1) != 1)
+	for (;;) {
+		ssize_t k = read(s, &b, 1);
+		if (k == 1)
+			break;
+		if (k < 0 && errno == EAGAIN) {
+			struct pollfd p = {s, POLLIN, 0};
+			poll(&p, 1, 1000);
+			continue;
+		}
 		die("tcp final");
+	}
 	double t = now() - t0;
 	waitpid(pid, 0, 0);
 	return t;
@@ -251,10 +303,11 @@ static double udp(long n, int work) {
 		die("udp bind");
 	setbufs(s);
 	long total = n * PPM;
-	pid_t pid = fork();
+	pid_t pid = spawn();
 	if (pid == 0) { // receiver
 		close(s);
 		char *dst = region();
+		ready();
 		static char bufs[BATCH][65536];
 		static char ctl[BATCH][CMSG_SPACE(sizeof(int))];
 		struct mmsghdr mm[BATCH];
@@ -268,7 +321,11 @@ static double udp(long n, int work) {
 					.msg_control = ctl[i], .msg_controllen = sizeof ctl[i]};
 			}
 			mm[0].msg_hdr.msg_name = &from, mm[0].msg_hdr.msg_namelen = sizeof from;
-			int k = recvmmsg(r, mm, BATCH, MSG_WAITFORONE, 0);
+			int k = recvmmsg(r, mm, BATCH, MSG_WAITFORONE | (spinR ? MSG_DONTWAIT : 0), 0);
+			if (k < 0 && errno == EAGAIN) {
+				sched_yield();
+				continue;
+			}
 			if (k < 0)
 				die("recvmmsg");
 			for (int i = 0; i < k; i++) {
@@ -310,6 +367,11 @@ static double udp(long n, int work) {
 		_exit(bad ? 1 : 0);
 	}
 	close(r);
+	// CEIL_CONNECT: a connected sending socket (no route lookup per send;
+	// the kernel then numbers IPv4 identifications per socket)
+	int conn = getenv("CEIL_CONNECT") != 0;
+	if (conn && connect(s, (void *)&ra, sizeof ra) < 0)
+		die("connect");
 	char *src = region();
 	// arena: datagram i's header at 16*i, its trailer at 16*i+12, so a
 	// trailer and the next header go as one iovec.
@@ -318,6 +380,7 @@ static double udp(long n, int work) {
 	static char ctl[BATCH][CMSG_SPACE(sizeof(uint16_t))];
 	struct mmsghdr mm[BATCH];
 	long sent = 0, acked = 0;
+	awaitready();
 	double t0 = now();
 	while (acked < total) {
 		// what the window allows, in GSO messages of GSOSEG datagrams
@@ -347,7 +410,7 @@ static double udp(long n, int work) {
 			struct cmsghdr *c = (void *)ctl[nm];
 			c->cmsg_level = SOL_UDP, c->cmsg_type = UDP_SEGMENT, c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
 			*(uint16_t *)CMSG_DATA(c) = DGRAM;
-			mm[nm].msg_hdr = (struct msghdr){.msg_name = &ra, .msg_namelen = sizeof ra,
+			mm[nm].msg_hdr = (struct msghdr){.msg_name = conn ? 0 : &ra, .msg_namelen = conn ? 0 : sizeof ra,
 				.msg_iov = vv, .msg_iovlen = v, .msg_control = ctl[nm],
 				.msg_controllen = segs > 1 ? CMSG_SPACE(sizeof(uint16_t)) : 0};
 			sent += segs, can -= segs, nm++;
@@ -369,7 +432,7 @@ static double udp(long n, int work) {
 		for (;;) {
 			uint64_t a[2];
 			int must = sent - acked >= WINDOW || sent == total;
-			if (must) {
+			if (must && !spinS) {
 				struct pollfd p = {s, POLLIN, 0};
 				if (poll(&p, 1, 2000) == 0) {
 					fprintf(stderr, "sender: no acknowledgement for 2 s (%ld of %ld acked): lost datagrams\n", acked, total);
@@ -378,9 +441,11 @@ static double udp(long n, int work) {
 				}
 			}
 			if (recv(s, a, sizeof a, MSG_DONTWAIT) != sizeof a) {
-				if (must)
-					continue;
-				break;
+				if (!must)
+					break;
+				if (spinS)
+					sched_yield();
+				continue;
 			}
 			if (a[0] > (uint64_t)acked)
 				acked = a[0];
@@ -414,6 +479,9 @@ int main(int argc, char **argv) {
 		return 2;
 	}
 	pickcrc();
+	const char *sp = getenv("CEIL_SPIN");
+	if (sp)
+		spinS = strchr(sp, 's') != 0, spinR = strchr(sp, 'r') != 0;
 	alarm(120); // a run that hangs (lost datagrams) ends
 	long n = atol(argv[2]);
 	double t;
