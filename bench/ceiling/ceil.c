@@ -7,7 +7,7 @@
 //                   (header, 64 KiB) at a time, gathered from the source
 //                   region; the receiver's readv takes a payload in place
 //                   (into a 64 MiB "memory region") and the next header,
-//                   SO_RCVLOWAT at what that readv wants.
+//                   SO_RCVLOWAT at what that readv wants (at most 64 KiB).
 //   ceil udp    N   datagrams of 12 B header + 4096 B payload + 4 B trailer
 //                   (the shape of a RoCEv2 RDMA WRITE_MIDDLE without IP/UDP),
 //                   sent as UDP GSO messages (UDP_SEGMENT, 15 datagrams each)
@@ -28,7 +28,8 @@
 // The CRC is libdeflate's (PCLMUL/VPCLMUL where the CPU has them) when
 // libdeflate.so.0 loads, zlib's otherwise; CEIL_CRC=zlib forces zlib.
 // Prints one line: "MODE MiB/s" (bandwidth of N x 64 KiB from the first
-// send to the last acknowledgement, 2^20 bytes per MiB).
+// send to the last acknowledgement, 2^20 bytes per MiB), then the CPU time
+// (user + system) each side used per 64 KiB over the same span.
 //
 // Build: gcc -O2 -o ceil ceil.c -lz -ldl
 #define _GNU_SOURCE
@@ -45,6 +46,7 @@
 #include <string.h>
 #include <fcntl.h>
 #include <sched.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
@@ -79,6 +81,10 @@ enum {
 // sleeping in the kernel (CEIL_SPIN=s, r or sr; by default both sleep).
 static int spinS, spinR;
 
+// tcpbuf: the TCP sockets' buffer sizes (CEIL_TCPBUF bytes; 0, the default,
+// leaves the kernel's autotuning).
+static int tcpbuf;
+
 static uint32_t (*crcfn)(uint32_t, const void *, size_t);
 static const char *crcname = "zlib";
 
@@ -99,6 +105,14 @@ static void pickcrc(void) {
 	}
 }
 
+// cpu: this process's (who = RUSAGE_SELF) or its waited-for children's
+// user+system seconds.
+static double cpu(int who) {
+	struct rusage u;
+	getrusage(who, &u);
+	return u.ru_utime.tv_sec + u.ru_utime.tv_usec * 1e-6 + u.ru_stime.tv_sec + u.ru_stime.tv_usec * 1e-6;
+}
+
 static double now(void) {
 	struct timespec t;
 	clock_gettime(CLOCK_MONOTONIC, &t);
@@ -110,8 +124,7 @@ static void die(const char *what) {
 	exit(2);
 }
 
-static void setbufs(int fd) {
-	int v = SOCKBUF;
+static void setbufs(int fd, int v) {
 	if (setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &v, sizeof v) < 0)
 		setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &v, sizeof v);
 	if (setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &v, sizeof v) < 0)
@@ -137,16 +150,34 @@ static pid_t spawn(void) {
 	return fork();
 }
 
+// cpuS, cpuR: CPU seconds of the sender and the receiver from ready to the
+// end (the receiver reports its own with done).
+static double cpuS, cpuR, cpu0;
+
 static void ready(void) {
 	char b = 1;
+	cpu0 = cpu(RUSAGE_SELF);
 	if (write(readyfd[1], &b, 1) != 1)
 		die("ready");
+}
+
+static void done(void) {
+	double c = cpu(RUSAGE_SELF) - cpu0;
+	if (write(readyfd[1], &c, sizeof c) != sizeof c)
+		die("done");
+}
+
+static void collect(void) {
+	cpuS = cpu(RUSAGE_SELF) - cpu0;
+	if (read(readyfd[0], &cpuR, sizeof cpuR) != sizeof cpuR)
+		cpuR = -1;
 }
 
 static void awaitready(void) {
 	char b;
 	if (read(readyfd[0], &b, 1) != 1)
 		die("await ready");
+	cpu0 = cpu(RUSAGE_SELF);
 }
 
 // ---- tcp ----
@@ -167,6 +198,8 @@ static void readvfull(int fd, struct iovec *v, int n, int lowat) {
 			int want = 0;
 			for (int j = 0; j < n; j++)
 				want += v[j].iov_len;
+			if (want > MSG)
+				want = MSG; // the tcp transport's SO_RCVLOWAT is at most a payload chunk
 			if (want != curlowat && setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &want, sizeof want) == 0)
 				curlowat = want;
 		}
@@ -220,6 +253,8 @@ static double tcp(long n) {
 		ready();
 		int one = 1;
 		setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+		if (tcpbuf)
+			setbufs(s, tcpbuf);
 		int lowat = !getenv("CEIL_NOLOWAT") && !spinR;
 		if (spinR)
 			fcntl(s, F_SETFL, O_NONBLOCK);
@@ -235,6 +270,7 @@ static double tcp(long n) {
 		char b = 1;
 		if (write(s, &b, 1) != 1)
 			die("tcp ack");
+		done();
 		_exit(0);
 	}
 	int s = socket(AF_INET, SOCK_STREAM, 0);
@@ -242,6 +278,8 @@ static double tcp(long n) {
 		die("connect");
 	int one = 1;
 	setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+	if (tcpbuf)
+		setbufs(s, tcpbuf);
 	if (spinS)
 		fcntl(s, F_SETFL, O_NONBLOCK);
 	char *src = region();
@@ -274,6 +312,7 @@ static double tcp(long n) {
 		die("tcp final");
 	}
 	double t = now() - t0;
+	collect();
 	waitpid(pid, 0, 0);
 	return t;
 }
@@ -293,7 +332,7 @@ static double udp(long n, int work) {
 	socklen_t al = sizeof ra;
 	if (bind(r, (void *)&ra, sizeof ra) < 0 || getsockname(r, (void *)&ra, &al) < 0)
 		die("udp bind");
-	setbufs(r);
+	setbufs(r, SOCKBUF);
 	int one = 1;
 	if (setsockopt(r, SOL_UDP, UDP_GRO, &one, sizeof one) < 0)
 		die("UDP_GRO");
@@ -301,7 +340,7 @@ static double udp(long n, int work) {
 	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
 	if (bind(s, (void *)&sa, sizeof sa) < 0 || getsockname(s, (void *)&sa, &al) < 0)
 		die("udp bind");
-	setbufs(s);
+	setbufs(s, SOCKBUF);
 	long total = n * PPM;
 	pid_t pid = spawn();
 	if (pid == 0) { // receiver
@@ -364,6 +403,7 @@ static double udp(long n, int work) {
 		}
 		if (bad)
 			fprintf(stderr, "receiver: %ld datagrams out of order or bad\n", bad);
+		done();
 		_exit(bad ? 1 : 0);
 	}
 	close(r);
@@ -455,6 +495,7 @@ static double udp(long n, int work) {
 	}
 	double t = now() - t0;
 	int st;
+	collect();
 	waitpid(pid, &st, 0);
 	if (!WIFEXITED(st) || WEXITSTATUS(st))
 		exit(1);
@@ -479,6 +520,8 @@ int main(int argc, char **argv) {
 		return 2;
 	}
 	pickcrc();
+	if (getenv("CEIL_TCPBUF"))
+		tcpbuf = atoi(getenv("CEIL_TCPBUF"));
 	const char *sp = getenv("CEIL_SPIN");
 	if (sp)
 		spinS = strchr(sp, 's') != 0, spinR = strchr(sp, 'r') != 0;
@@ -497,7 +540,8 @@ int main(int argc, char **argv) {
 		t = crconly(n);
 	else
 		return 2;
-	printf("%s %.0f MiB/s%s%s\n", argv[1], n * (double)MSG / t / (1 << 20),
+	printf("%s %.0f MiB/s cpu_us_per_64KiB send %.1f recv %.1f%s%s\n", argv[1], n * (double)MSG / t / (1 << 20),
+		cpuS / n * 1e6, cpuR / n * 1e6,
 		strcmp(argv[1], "udpcrc") && strcmp(argv[1], "crc") ? "" : " crc=",
 		strcmp(argv[1], "udpcrc") && strcmp(argv[1], "crc") ? "" : crcname);
 	return 0;
