@@ -6,7 +6,7 @@
 //   ceil tcp    N   one TCP stream (TCP_NODELAY): writev of 16 messages
 //                   (header, 64 KiB) at a time, gathered from the source
 //                   region; the receiver's readv takes a payload in place
-//                   (into a 64 MiB "memory region") and the next header,
+//                   (into the destination "memory region") and the next header,
 //                   SO_RCVLOWAT at what that readv wants (at most 64 KiB).
 //   ceil udp    N   datagrams of 12 B header + 4096 B payload + 4 B trailer
 //                   (the shape of a RoCEv2 RDMA WRITE_MIDDLE without IP/UDP),
@@ -70,11 +70,21 @@ enum {
 	PPM = MSG / PAY,      // datagrams per message
 	GSOSEG = 15,          // datagrams per GSO message (15 * 4112 < 64 KB)
 	BATCH = 64,           // sendmmsg / recvmmsg vector length
-	WINDOW = 1024,        // datagrams in flight
-	ACKEVERY = 256,       // receiver acknowledges every ACKEVERY datagrams
-	REGION = 64 << 20,    // source and destination regions
-	SOCKBUF = 8 << 20,
 };
+
+// window: datagrams in flight (CEIL_WINDOW, default 1024, as the roce
+// transport's); the receiver acknowledges every window/4; socket buffers
+// are 8 KiB per datagram of the window (8 MiB by default, as roce's).
+static long window = 1024;
+
+// REGION: the source and destination regions' size (CEIL_REGION bytes, a
+// multiple of 64 KiB; by default 64 KiB, one message, reused by every
+// message as rdmakit perf and perftest do, so it stays in the cache).
+static long REGION = MSG;
+// ackevery: the receiver acknowledges once this many datagrams are owed
+// (window/4; CEIL_ACKEVERY=1: after every receive batch, as the roce
+// transport's responder does when its socket runs dry).
+static long ackevery;
 
 // spinS, spinR: the sender, the receiver waits by spinning on non-blocking
 // calls (sched_yield between tries), as rdmakit's pollers do, rather than
@@ -135,7 +145,7 @@ static char *region(void) {
 	char *r = aligned_alloc(4096, REGION);
 	if (!r)
 		die("alloc");
-	for (size_t i = 0; i < REGION; i += 64)
+	for (long i = 0; i < REGION; i += 64)
 		r[i] = (char)i;
 	return r;
 }
@@ -332,7 +342,7 @@ static double udp(long n, int work) {
 	socklen_t al = sizeof ra;
 	if (bind(r, (void *)&ra, sizeof ra) < 0 || getsockname(r, (void *)&ra, &al) < 0)
 		die("udp bind");
-	setbufs(r, SOCKBUF);
+	setbufs(r, window * 8192);
 	int one = 1;
 	if (setsockopt(r, SOL_UDP, UDP_GRO, &one, sizeof one) < 0)
 		die("UDP_GRO");
@@ -340,7 +350,7 @@ static double udp(long n, int work) {
 	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
 	if (bind(s, (void *)&sa, sizeof sa) < 0 || getsockname(s, (void *)&sa, &al) < 0)
 		die("udp bind");
-	setbufs(s, SOCKBUF);
+	setbufs(s, window * 8192);
 	long total = n * PPM;
 	pid_t pid = spawn();
 	if (pid == 0) { // receiver
@@ -394,7 +404,7 @@ static double udp(long n, int work) {
 					got++;
 				}
 			}
-			if (got - acked >= ACKEVERY || got == total) {
+			if (got - acked >= ackevery || got == total) {
 				uint64_t a[2] = {got, bad};
 				if (sendto(r, a, sizeof a, 0, (void *)&sa, sizeof sa) != sizeof a)
 					die("ack");
@@ -424,7 +434,7 @@ static double udp(long n, int work) {
 	double t0 = now();
 	while (acked < total) {
 		// what the window allows, in GSO messages of GSOSEG datagrams
-		long can = acked + WINDOW - sent;
+		long can = acked + window - sent;
 		if (can > total - sent)
 			can = total - sent;
 		int nm = 0;
@@ -471,7 +481,7 @@ static double udp(long n, int work) {
 		// (or everything is sent)
 		for (;;) {
 			uint64_t a[2];
-			int must = sent - acked >= WINDOW || sent == total;
+			int must = sent - acked >= window || sent == total;
 			if (must && !spinS) {
 				struct pollfd p = {s, POLLIN, 0};
 				if (poll(&p, 1, 2000) == 0) {
@@ -520,6 +530,13 @@ int main(int argc, char **argv) {
 		return 2;
 	}
 	pickcrc();
+	if (getenv("CEIL_REGION") && atol(getenv("CEIL_REGION")) >= MSG)
+		REGION = atol(getenv("CEIL_REGION")) / MSG * MSG;
+	if (getenv("CEIL_WINDOW") && atol(getenv("CEIL_WINDOW")) >= 4)
+		window = atol(getenv("CEIL_WINDOW"));
+	ackevery = getenv("CEIL_ACKEVERY") ? atol(getenv("CEIL_ACKEVERY")) : window / 4;
+	if (ackevery < 1)
+		ackevery = 1;
 	if (getenv("CEIL_TCPBUF"))
 		tcpbuf = atoi(getenv("CEIL_TCPBUF"));
 	const char *sp = getenv("CEIL_SPIN");
