@@ -9,7 +9,10 @@
 #             a 1024-datagram window acknowledged every 256
 #   udpcopy   udp + the receiver's copy of each payload into place
 #   udpcrc    udpcopy + a CRC-32 over every datagram on both sides (the
-#             ICRC's work: libdeflate's PCLMUL CRC where it loads)
+#             ICRC's work), by AVX-512 VPCLMULQDQ folding where the CPU has
+#             it (bench/ceiling/crcfold.h: ~45 GB/s on a 4 KiB datagram
+#             here, against ~25 for Go's hash/crc32), else libdeflate's
+#             or zlib's
 #   tcp0      rdmakit perf write_bw --loopback -d tcp0 -s 65536 -n N
 #   roce0     rdmakit perf write_bw --loopback -d roce0 -s 65536 -n N
 #
@@ -36,7 +39,9 @@ run() {  # variant -> MiB/s, or "-" (and the output on stderr) if it failed
   case $1 in
     tcp0|roce0) out=$("$DIR/rdmakit" perf write_bw --loopback -d "$1" -s 65536 -n "$N" 2>&1) || true
       out=$(awk '/#bytes/{getline; print $4; exit}' <<< "$out") ;;
-    *) out=$("$DIR/ceil" "$1" "$N" 2>&1 | awk '{print $2}') || true ;;
+    *) out=$("$DIR/ceil" "$1" "$N" 2>&1) || true
+      [[ $out == *cpu_us_per_64KiB* ]] && awk -v v="$1" '{print v, $5 "/" $7}' <<< "$out" >> "$DIR/cpu"
+      out=$(awk '{print $2}' <<< "$out") ;;
   esac
   if [[ $out =~ ^[0-9.]+$ ]]; then echo "$out"; else echo "$1 failed: $out" >&2; echo -; fi
 }
@@ -46,8 +51,11 @@ echo "CRC-32 alone: $("$DIR/ceil" crc "$N") (one core, ${N} x 64 KiB)"
 declare -A R
 for t in $(seq 1 "$TRIALS"); do
   order=$VARS; ((t % 2 == 0)) && order=$(tr ' ' '\n' <<< "$VARS" | tac | tr '\n' ' ')
-  for v in $order; do R[$v]+="$(run "$v") "; done
+  for v in $order; do x=$(run "$v"); R[$v]+="$x "; done
   echo "trial $t: $(for v in $VARS; do printf '%s %s  ' "$v" "$(awk -v t="$t" '{print $t}' <<< "${R[$v]}")"; done)"
+done
+for v in tcp udp udpcopy udpcrc; do
+  echo "CPU µs per 64 KiB (user+system), sender/receiver, $v: $(awk -v v="$v" '$1 == v {printf "%s ", $2}' "$DIR/cpu" 2>/dev/null)"
 done
 echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores"
 base=$(tr ' ' '\n' <<< "${R[tcp0]}" | grep '^[0-9]' | median)
