@@ -40,7 +40,7 @@ run() {  # variant -> MiB/s, or "-" (and the output on stderr) if it failed
     tcp0|roce0) out=$("$DIR/rdmakit" perf write_bw --loopback -d "$1" -s 65536 -n "$N" 2>&1) || true
       out=$(awk '/#bytes/{getline; print $4; exit}' <<< "$out") ;;
     *) out=$("$DIR/ceil" "$1" "$N" 2>&1) || true
-      [[ $out == *cpu_us_per_64KiB* ]] && awk -v v="$1" '{print v, $5 "/" $7}' <<< "$out" >> "$DIR/cpu"
+      [[ $out == *cpu_us_per_64KiB* ]] && awk -v v="$1" '{print v, $6 "/" $8}' <<< "$out" >> "$DIR/cpu"
       out=$(awk '{print $2}' <<< "$out") ;;
   esac
   if [[ $out =~ ^[0-9.]+$ ]]; then echo "$out"; else echo "$1 failed: $out" >&2; echo -; fi
