@@ -6,8 +6,9 @@
 //   ceil tcp    N   one TCP stream (TCP_NODELAY): writev of 16 messages
 //                   (header, 64 KiB) at a time, gathered from the source
 //                   region; the receiver's readv takes a payload in place
-//                   (into the destination "memory region") and the next header,
-//                   SO_RCVLOWAT at what that readv wants (at most 64 KiB).
+//                   (into the destination "memory region") and the next header
+//                   (CEIL_LOWAT=1: SO_RCVLOWAT at what that readv wants, at
+//                   most 64 KiB); the sender spins on a non-blocking socket.
 //   ceil udp    N   datagrams of 12 B header + 4096 B payload + 4 B trailer
 //                   (the shape of a RoCEv2 RDMA WRITE_MIDDLE without IP/UDP),
 //                   sent as UDP GSO messages (UDP_SEGMENT, 15 datagrams each)
@@ -287,7 +288,10 @@ static double tcp(long n) {
 		setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 		if (tcpbuf)
 			setbufs(s, tcpbuf);
-		int lowat = !getenv("CEIL_NOLOWAT") && !spinR;
+		// CEIL_LOWAT=1: SO_RCVLOWAT as the tcp transport's reader sets it
+		// (off by default: with the sender spinning it hung a run now
+		// and then, and it made no difference here)
+		int lowat = getenv("CEIL_LOWAT") && !spinR;
 		if (spinR)
 			fcntl(s, F_SETFL, O_NONBLOCK);
 		uint64_t h[2];
