@@ -25,7 +25,7 @@
 # its ratio to tcp0's median. If udpcrc (or even udpcopy, which stands for
 # a CRC that costs nothing) stays below tcp0, no implementation of the
 # roce transport on this host can reach tcp0's bandwidth: it has to do
-# at least that much work.
+# at least that much work. Needs gcc and zlib's headers (zlib1g-dev).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TRIALS=${TRIALS:-5}; N=${N:-4000}

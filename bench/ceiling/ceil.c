@@ -3,9 +3,9 @@
 // for bench/roce-vs-tcp.sh: no RDMA protocol, no Go runtime, just the
 // system calls and the per-byte work each transport cannot avoid.
 //
-//   ceil tcp    N   one TCP stream (TCP_NODELAY): writev of 16 messages
-//                   (header, 64 KiB) at a time, gathered from the source
-//                   region; the receiver's readv takes a payload in place
+//   ceil tcp    N   one TCP stream (TCP_NODELAY): writev of up to 128
+//                   messages (header, 64 KiB) at a time, gathered from the
+//                   source region; the receiver's readv takes a payload in place
 //                   (into the destination "memory region") and the next header
 //                   (CEIL_LOWAT=1: SO_RCVLOWAT at what that readv wants, at
 //                   most 64 KiB); the sender spins on a non-blocking socket.
@@ -24,7 +24,13 @@
 //                   copy of each payload into place in its region.
 //   ceil udpcopy N  udp plus the receiver's copy, no CRC: what udpcrc would
 //                   reach with a CRC that cost nothing.
-//   ceil crc    N   the CRC alone: N x 64 KiB through each implementation.
+//   ceil crc    N   the CRC alone: N x 64 KiB through the chosen one.
+//
+// The source and destination regions are 64 KiB, used by every message as
+// rdmakit perf uses its buffers (CEIL_REGION for larger ones). The sender
+// starts its clock once the receiver has touched its region. Other knobs:
+// CEIL_SPIN, CEIL_TCPBATCH, CEIL_TCPBUF, CEIL_CONNECT, CEIL_WINDOW,
+// CEIL_ACKEVERY (see where each is read).
 //
 // The CRC is crcfold.h's (AVX-512 VPCLMULQDQ folding, 256 bytes a step;
 // checked against zlib at start) where the CPU has it, else libdeflate's
