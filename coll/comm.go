@@ -220,6 +220,15 @@ func (c *Comm) bind() error {
 	if _, err := sys.BindProcess(k); err != nil {
 		return fmt.Errorf("%s=core: %w", EnvBind, err)
 	}
+	// One CPU, one P. The runtime lowers GOMAXPROCS to the new affinity
+	// by itself, but only at its next check (up to a second later);
+	// until then the threads of idle Ps wake up on this CPU to look for
+	// work (netpoll, work stealing) and take it from the rank, which
+	// stalls its peers too. An explicit GOMAXPROCS stays as it is.
+	if os.Getenv("GOMAXPROCS") == "" && runtime.GOMAXPROCS(0) > 1 {
+		runtime.GOMAXPROCS(1)
+		c.oneP = true
+	}
 	return nil
 }
 
