@@ -39,7 +39,8 @@ type Comm struct {
 	spinFor      time.Duration
 	spinFirst    int  // polls before a wait looks at the clock (proto.go)
 	lookMask     int  // a long wait looks (clock, context, peers, yield) every lookMask+1 polls
-	oneP         bool // GOMAXPROCS was 1 when the communicator was made (see Comm.backoff)
+	oneP         bool // GOMAXPROCS was 1 when the communicator was made, or bind made it 1 (see Comm.backoff)
+	bound        bool // bind pinned the process to one CPU
 
 	boot   *frameConn
 	root   *root // served by this process for this communicator, or nil
@@ -207,6 +208,9 @@ func newComm(ctx context.Context, addr string, nonce uint64, nranks, rank int, o
 		c.spinFor = d
 	}
 	go c.watch()
+	if c.bound {
+		c.settleRuntime()
+	}
 	return c, nil
 }
 
@@ -225,8 +229,43 @@ func (c *Comm) bind() error {
 	if _, err := sys.BindProcess(k); err != nil {
 		return fmt.Errorf("%s=core: %w", EnvBind, err)
 	}
+	// One CPU, one P. The runtime lowers GOMAXPROCS to the new affinity
+	// by itself, but only at its next check (up to a second later);
+	// until then the threads of idle Ps wake up on this CPU to look for
+	// work (netpoll, work stealing) and take it from the rank, which
+	// stalls its peers too. An explicit GOMAXPROCS stays as it is.
+	if os.Getenv("GOMAXPROCS") == "" && runtime.GOMAXPROCS(0) > 1 {
+		runtime.GOMAXPROCS(1)
+		c.oneP = true
+	}
+	c.bound = true
 	return nil
 }
+
+// settleRuntime runs on this CPU, without sleeping, for runtimeSettle,
+// at the end of making a communicator whose process bind pinned. When a
+// Go process wakes from idle (the bootstrap's network waits), the
+// runtime's monitor thread (sysmon) polls every 20 µs (about 85 µs with
+// the kernel's timer slack) for some 50 rounds, then doubles its sleep up
+// to 10 ms. On a pinned rank each of those wake-ups takes the rank's CPU
+// for 10-25 µs (2-core KVM guest), and the peer waits as long: a 2-rank
+// 8 B AllReduce launch of 2000 calls right after start took 0.25-0.48 µs
+// a call where the steady state is 0.18. Spinning through that phase
+// here leaves the monitor asleep for milliseconds at a time by the first
+// collective: 0.18 µs from the first call (docs/benchmarks.md, "short
+// launches"). Other goroutines may run meanwhile (Gosched).
+func (c *Comm) settleRuntime() {
+	for end := time.Now().Add(runtimeSettle); time.Now().Before(end); {
+		for i := 0; i < 1000; i++ {
+			relax()
+		}
+		runtime.Gosched()
+	}
+}
+
+// runtimeSettle is how long settleRuntime spins: the monitor's 50 short
+// rounds (~4 ms) and its doublings up to sleeps of ~5 ms.
+const runtimeSettle = 25 * time.Millisecond
 
 // watch reads the bootstrap connection until it ends.
 func (c *Comm) watch() {

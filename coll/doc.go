@@ -107,9 +107,12 @@
 // On shm each channel has, beside its chunk slots, two deep rings of small
 // slots with credits of their own: 64 LL slots (messages of up to 128
 // bytes) and 32 slots of 4 KiB (larger messages smaller than a chunk).
-// Small collectives called back to back then return a credit every 32 or
-// 16 messages instead of every Slots/2, and never wait for one, for about
-// 150 KiB per channel (RDMAKIT_COLL_SLOTS sizes the chunk slots only).
+// Small collectives called back to back then return credits every 32 or
+// 16 messages instead of every Slots/2, as one word (the count of
+// messages consumed) that the sender reads once per batch, and never wait
+// for one, for about 150 KiB per channel (RDMAKIT_COLL_SLOTS sizes the
+// chunk slots only). A 2-rank 8-byte AllReduce then moves one cache line
+// each way per call (the LL message) and 1/32 of one for credits.
 //
 // Collectives run in the calling goroutine and allocate nothing per call
 // once warm. They wait for shm and RDMA peers by spinning (yielding the
@@ -158,7 +161,7 @@
 //	RDMAKIT_COLL_CHUNK           pipeline chunk bytes (default 256K)
 //	RDMAKIT_COLL_SLOTS           FIFO depth in chunks (default 8; shm's small-message rings are apart)
 //	RDMAKIT_COLL_SPIN            how long a wait spins before yielding (default 10µs; 0 oversubscribed)
-//	RDMAKIT_COLL_BIND            core: pin the k-th rank of a host to the k-th CPU | none (default)
+//	RDMAKIT_COLL_BIND            core: pin the k-th rank of a host to the k-th CPU (GOMAXPROCS 1) | none (default)
 //
 // # Goroutines
 //

@@ -78,6 +78,7 @@ func childMain(scenarioName string) int {
 				fmt.Println("cpus", strings.TrimSpace(v))
 			}
 		}
+		fmt.Println("gomaxprocs", runtime.GOMAXPROCS(0))
 		buf, _ := c.Alloc(64)
 		if err := c.AllReduce(ctx, buf, buf, Float32, Sum); err != nil {
 			fmt.Fprintln(os.Stderr, err)
@@ -208,11 +209,23 @@ func TestBindCore(t *testing.T) {
 		if code != exitOK {
 			t.Fatalf("rank %d exited %d:\n%s", r, code, procs[r].stderr.String())
 		}
-		cpus := strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(procs[r].out.String()), "cpus"))
+		var cpus, procsN string
+		for _, l := range strings.Split(procs[r].out.String(), "\n") {
+			if v, ok := strings.CutPrefix(l, "cpus "); ok {
+				cpus = strings.TrimSpace(v)
+			}
+			if v, ok := strings.CutPrefix(l, "gomaxprocs "); ok {
+				procsN = strings.TrimSpace(v)
+			}
+		}
 		if _, err := strconv.Atoi(cpus); err != nil {
 			t.Errorf("rank %d may run on CPUs %q, want one", r, cpus)
 		}
-		t.Logf("rank %d: CPUs %s", r, cpus)
+		// One CPU, one P (unless GOMAXPROCS is set: then it stays).
+		if os.Getenv("GOMAXPROCS") == "" && procsN != "1" {
+			t.Errorf("rank %d runs with GOMAXPROCS %q on one CPU, want 1", r, procsN)
+		}
+		t.Logf("rank %d: CPUs %s, GOMAXPROCS %s", r, cpus, procsN)
 		seen[cpus] = true
 	}
 	if len(seen) != 2 {

@@ -15,16 +15,16 @@ package coll
 //	      flag in one write); or a small message, flags interleaved, into an
 //	      LL slot, or one smaller than a chunk into a small-message slot,
 //	      ending at its tail flag (see proto.go).
-//	acks  per (peer, channel): Slots words (padded to 64 bytes), then
-//	      llSlots and midSlots words (write-on-post devices). The peer
-//	      writes, for each message of ours it consumed, its number+1 into
-//	      the word of its slot: our credit to reuse the slot (LL and small
-//	      messages count apart, each in its array).
+//	acks  per (peer, channel): Slots words (padded to 64 bytes), then on
+//	      write-on-post devices one word per lane (LL, small-message), each
+//	      in a cache line of its own. The peer writes, for each message of
+//	      ours in chunk slots it consumed, its number+1 into the word of
+//	      its slot: our credit to reuse the slot; for a lane, the count of
+//	      the lane's messages it consumed (one word for the whole ring).
 //	src   per (peer, channel): Slots words for outgoing flag values
 //	      (padded to 64 bytes), Slots words for outgoing acks (padded),
-//	      llSlots and midSlots words for outgoing acks of the other rings,
-//	      and an LL slot where small messages are packed before they are
-//	      written.
+//	      a word per lane for its outgoing count (a line each), and an LL
+//	      slot where small messages are packed before they are written.
 //	      A flag or ack word of a slot is rewritten only once the peer has
 //	      seen the previous one of that slot, so writes from here need not
 //	      be inline (devices with little inline room: siw).
@@ -72,6 +72,10 @@ const (
 	midMax    = 4096
 	midSlots  = 32
 	midStride = midMax + slotTail
+	// laneAckStride is the room of a lane's credit word (acks) and of its
+	// outgoing copy (src): a cache line, so that the peer's write of it
+	// moves no other word.
+	laneAckStride = 64
 )
 
 // Lanes: the rings of a channel besides its chunk slots (laneMain).
@@ -188,16 +192,20 @@ type channel struct {
 
 // lane is a ring of slots of a channel with its own message counters and
 // credits, beside the chunk slots (whose counters are the channel's).
+// Its credits are one word: the count of the lane's messages the receiver
+// consumed, written every slots/2 of them; the sender reads it only when
+// the count it last read runs out.
 type lane struct {
 	slots   uint64
 	stride  int    // from one slot to the next
 	rx      []byte // the slots (receiving)
 	remRx   uint64 // the peer's
 	sk      uint64 // messages sent
-	acks    []byte // credits the peer writes here
+	acks    []byte // the credit word: the peer writes its count here
+	credit  uint64 // the count last read from acks
 	rk      uint64 // messages consumed
 	acked   uint64 // ... and acknowledged to the peer
-	ackSrc  []byte // a word per slot: outgoing credits
+	ackSrc  []byte // the outgoing count (one word)
 	ackAddr uint64
 	remAcks uint64
 }
@@ -349,7 +357,9 @@ func (c *Comm) setup(ctx context.Context) error {
 		for l := range laneSlots {
 			laneOff[l] = laneBytes
 			laneBytes += (laneSlots[l]*laneStride[l] + 4095) &^ 4095
-			laneAcks += laneSlots[l] * wordSize
+			if laneSlots[l] > 0 {
+				laneAcks += laneAckStride
+			}
 		}
 		fifoBytes := flagBytes + laneBytes + S*(chunk+slotTail)
 		acksBytes := ackBytes + laneAcks
@@ -447,10 +457,16 @@ func (c *Comm) setup(ctx context.Context) error {
 				for l := range chn.lanes {
 					n := laneSlots[l]
 					rx := fifo[flagBytes+laneOff[l]:][:n*laneStride[l]]
+					w := 0 // the credit word; none without the ring
+					if n > 0 {
+						w = wordSize
+					}
 					chn.lanes[l] = lane{slots: uint64(n), stride: laneStride[l], rx: rx,
-						acks:   acks[ackBytes+ao:][:n*wordSize],
-						ackSrc: src[2*ackBytes+ao:][:n*wordSize], ackAddr: srcAddr + uint64(2*ackBytes+ao)}
-					ao += n * wordSize
+						acks:   acks[ackBytes+ao:][:w],
+						ackSrc: src[2*ackBytes+ao:][:w], ackAddr: srcAddr + uint64(2*ackBytes+ao)}
+					if n > 0 {
+						ao += laneAckStride
+					}
 				}
 				pr.ch = append(pr.ch, chn)
 			}

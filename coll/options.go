@@ -80,7 +80,11 @@ type Options struct {
 	// of a host (by rank) to the k-th CPU it may run on, as Open MPI does
 	// by default when the ranks do not outnumber the cores (with more
 	// ranks than cores nothing is bound); "none" leaves placement to the
-	// OS. It affects the whole process, every goroutine in it.
+	// OS. It affects the whole process, every goroutine in it: a bound
+	// process runs with GOMAXPROCS 1 (unless the GOMAXPROCS environment
+	// variable is set), and NewComm spins 25 ms before it returns, so
+	// that the Go runtime's monitor thread has slowed down by the first
+	// collective (its wake-ups take the rank's CPU).
 	// RDMAKIT_COLL_BIND; default none.
 	Bind string
 

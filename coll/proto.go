@@ -37,7 +37,9 @@ package coll
 //
 // Lanes. On synchronous endpoints a channel has two more rings of slots
 // beside its chunk slots, each with its own message counter and credits
-// (its own credit words, written back every half ring): the LL ring
+// (one credit word: the receiver writes its count of the lane's consumed
+// messages there every half ring, and the sender looks at it only when
+// the count it last read is used up): the LL ring
 // (llSlots slots) for messages of up to llMax bytes, and the small-message
 // ring (midSlots slots of midMax bytes and a tail flag, written as in the
 // chunk slots) for larger ones smaller than a chunk. Their slots are
@@ -204,9 +206,24 @@ const settleWait = 5 * time.Second
 // (reserveLane, when posted).
 func (c *Comm) reserve(ch *channel) error { return c.waitCredit(ch, ch.sk, ch.slots, ch.acks) }
 
-// reserveLane waits for the credit to send the next message of lane l.
+// reserveLane waits for the credit to send the next message of lane l:
+// the receiver's count of consumed messages must reach l.sk+1-l.slots.
+// The count last read (l.credit) answers without a look at the credit
+// word for slots/2 messages at least, so the word's cache line crosses
+// once per batch, not once per message.
 func (c *Comm) reserveLane(ch *channel, l *lane) error {
-	return c.waitCredit(ch, l.sk, l.slots, l.acks)
+	if l.sk < l.credit+l.slots {
+		return nil
+	}
+	want := l.sk + 1 - l.slots
+	if l.credit = sys.Load64(l.acks, 0); l.credit >= want {
+		return nil
+	}
+	if err := c.waitWord(l.acks, 0, want, ch, laneNone); err != nil {
+		return err
+	}
+	l.credit = sys.Load64(l.acks, 0)
+	return nil
 }
 
 // waitCredit waits until message k of a ring of slots, whose credit
@@ -645,11 +662,7 @@ func (c *Comm) release(ch *channel) error {
 		if l.rk-l.acked < l.slots/2 {
 			return nil
 		}
-		err := c.ack(ch, l.acked, l.rk, l.slots, l.ackSrc, l.ackAddr, l.remAcks)
-		if err == nil {
-			l.acked = l.rk
-		}
-		return err
+		return c.ackLane(ch, l)
 	}
 	ch.rk++
 	if ch.rk-ch.acked < ch.ackBatch {
@@ -699,6 +712,27 @@ func (c *Comm) payCredits() error {
 		}
 		ch.acked = ch.rk
 	}
+	return nil
+}
+
+// ackLane returns the credits of lane l: its count of consumed messages,
+// one word written into the sender's credit word (lanes are on
+// write-on-post endpoints only: the word is copied when posted).
+func (c *Comm) ackLane(ch *channel, l *lane) error {
+	putWord(l.ackSrc, l.rk)
+	q := ch.q
+	ch.sge[0] = verbs.SGE{Addr: l.ackAddr, Length: wordSize, LKey: ch.srcKey}
+	ch.wr[0] = verbs.SendWR{ID: wrID(q, q.posted+1), Opcode: verbs.OpWrite, SGL: ch.sge[:1],
+		RemoteAddr: l.remAcks, RKey: ch.remAckK}
+	if wordSize <= ch.inline {
+		ch.wr[0].Flags = verbs.SendInline
+	}
+	if err := q.qp.PostSend(ch.wr[:1]); err != nil {
+		return c.fail(fmt.Errorf("%w: rank %d: posting to rank %d: %v", ErrAborted, c.rank, ch.peer, err), true)
+	}
+	q.posted++
+	q.completed = q.posted
+	l.acked = l.rk
 	return nil
 }
 
@@ -789,7 +823,8 @@ const (
 	lookOversub = 16
 )
 
-// waitWord spins until the word at off of mem equals want. Flags whose
+// waitWord spins until the word at off of mem equals want (laneNone: a
+// credit word, which only grows, reaches want). Flags whose
 // counter half matches but signature half does not are a mismatch, and so
 // is the next message of a lane other than awaited arriving while want
 // still does not show (otherArrived; laneNone: want is no message flag):
@@ -810,7 +845,7 @@ func (c *Comm) waitWord(mem []byte, off int, want uint64, ch *channel, awaited l
 	peer := ch.peer
 	for i := 0; i < c.spinFirst; i++ {
 		v := sys.Load64(mem, off)
-		if v == want {
+		if v == want || !flag && v > want {
 			return nil
 		}
 		if flag && uint32(v) == uint32(want) {
@@ -821,7 +856,7 @@ func (c *Comm) waitWord(mem []byte, off int, want uint64, ch *channel, awaited l
 	start, deadline, done := c.waitLimits()
 	for i := 1; ; i++ {
 		v := sys.Load64(mem, off)
-		if v == want {
+		if v == want || !flag && v > want {
 			return nil
 		}
 		if flag && uint32(v) == uint32(want) {
@@ -834,7 +869,8 @@ func (c *Comm) waitWord(mem []byte, off int, want uint64, ch *channel, awaited l
 			continue
 		}
 		if err := c.checkWait(peer, done, start, deadline); err != nil {
-			return c.stop(err, peer, sys.Load64(mem, off) == want)
+			v := sys.Load64(mem, off)
+			return c.stop(err, peer, v == want || !flag && v > want)
 		}
 		if flag && c.otherArrived(ch, awaited) && sys.Load64(mem, off) != want {
 			return c.fail(fmt.Errorf("%w: rank %d in %s: rank %d sent a message of another size",
