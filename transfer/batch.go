@@ -236,7 +236,8 @@ var waitSpinning atomic.Int32
 
 func maxWaitSpinning() int32 { return int32(max(1, runtime.GOMAXPROCS(0)-1)) }
 
-// spin polls b's QPs until b is done, ctx ends or limit passes,
+// spin polls b's QPs until b is done, ctx ends or limit passes (or, past
+// waitSpin, another Wait has begun: the longer poll is for a Wait alone),
 // yielding the processor between polls (the goroutines and processes that
 // complete the transfer may need it).
 func (b *Batch) spin(ctx context.Context, limit time.Duration) {
@@ -251,7 +252,7 @@ func (b *Batch) spin(ctx context.Context, limit time.Duration) {
 		if i%8 == 0 {
 			if i == 0 {
 				start = time.Now()
-			} else if time.Since(start) > limit || ctx.Err() != nil {
+			} else if d := time.Since(start); d > limit || d > waitSpin && waitsNow.Load() > 1 || ctx.Err() != nil {
 				return
 			}
 		}
