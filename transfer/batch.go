@@ -157,8 +157,10 @@ func (b *Batch) Wait(ctx context.Context) error {
 	// everything is posted, SubmitAsync's goroutine owns b.qps, and hands
 	// over itself.)
 	if b.posted.Load() && b.pending.Load() != 0 {
+		alone := waitsNow.Add(1) == 1
+		defer waitsNow.Add(-1)
 		if waitSpinning.Add(1) <= maxWaitSpinning() {
-			b.spin(ctx)
+			b.spin(ctx, b.spinFor(alone))
 		}
 		waitSpinning.Add(-1)
 		if b.pending.Load() != 0 {
@@ -183,9 +185,46 @@ func (b *Batch) Wait(ctx context.Context) error {
 // within it (shm0 at once, a small transfer over tcp0 in about 20 µs)
 // costs no goroutine handoff, where sleeping costs two wake-ups (the
 // completion goroutine's, then the waiter's) of tens of microseconds
-// each on a busy host. Longer measured no better: the poller takes a
-// processor from the goroutines and processes that do the transfer.
+// each on a busy host. Longer measured no better while other Waits are
+// in progress: the poller takes a processor from the goroutines and
+// processes that do the transfer.
 const waitSpin = 20 * time.Microsecond
+
+// The only Wait in progress in the process polls longer: waitSpin plus
+// the time its batch's bytes take at spinRate bytes per microsecond (1
+// GB/s, below what tcp0 moves on one host), that part at most
+// maxWaitSpin. Over tcp0 its polls read the sockets themselves (the
+// transport's progress driven by the application's polls, which the
+// engine's default Config.TCPBusyPoll turns on): the answer's data is
+// moved by the waiting goroutine as it arrives, and neither the QP's
+// reader, nor the completion goroutine, nor the waiter is woken (a 1
+// MiB Read between two processes, 2 cores: 1.6 context switches per
+// Read in the reading process against 9.4; 4.6 against 3.0 GB/s; kv
+// bench GET over tcp0 with one client: 256 KiB 18-25k against 14k
+// ops/s, 1 MiB 4.6-4.9k against 3.4-4.0k). With other Waits in
+// progress it stays at waitSpin: the poller would hold a processor the
+// others' transfers need.
+const (
+	spinRate    = 1000
+	maxWaitSpin = 2 * time.Millisecond
+)
+
+// waitsNow counts the Waits of this process in progress (polling or
+// asleep).
+var waitsNow atomic.Int32
+
+// spinFor is how long Wait polls b (alone: it is the only Wait in
+// progress).
+func (b *Batch) spinFor(alone bool) time.Duration {
+	if !alone {
+		return waitSpin
+	}
+	var n int64
+	for i := range b.reqs {
+		n += int64(b.reqs[i].Length)
+	}
+	return waitSpin + time.Duration(min(n/spinRate, int64(maxWaitSpin/time.Microsecond)))*time.Microsecond
+}
 
 // waitSpinning counts the Waits of this process polling now. At most
 // GOMAXPROCS-1 (at least one) do, the others sleep at once: a poller
@@ -197,10 +236,11 @@ var waitSpinning atomic.Int32
 
 func maxWaitSpinning() int32 { return int32(max(1, runtime.GOMAXPROCS(0)-1)) }
 
-// spin polls b's QPs until b is done, ctx ends or waitSpin passes,
+// spin polls b's QPs until b is done, ctx ends or limit passes (or, past
+// waitSpin, another Wait has begun: the longer poll is for a Wait alone),
 // yielding the processor between polls (the goroutines and processes that
 // complete the transfer may need it).
-func (b *Batch) spin(ctx context.Context) {
+func (b *Batch) spin(ctx context.Context, limit time.Duration) {
 	var start time.Time
 	for i := 0; ; i++ {
 		for _, qc := range b.qps {
@@ -212,7 +252,7 @@ func (b *Batch) spin(ctx context.Context) {
 		if i%8 == 0 {
 			if i == 0 {
 				start = time.Now()
-			} else if time.Since(start) > waitSpin || ctx.Err() != nil {
+			} else if d := time.Since(start); d > limit || d > waitSpin && waitsNow.Load() > 1 || ctx.Err() != nil {
 				return
 			}
 		}
@@ -416,7 +456,13 @@ func (n *Node) post(ctx context.Context, b *Batch, plans []plan, handOver bool) 
 		b.handed.Store(true)
 	}
 	for _, qc := range b.qps {
-		qc.poll()
+		if qc.p.dev.sameHost {
+			// shm0 completes as it posts. (Elsewhere nothing is back
+			// yet, and over tcp0 a poll of an empty CQ reads the socket
+			// and yields the CPU when nothing came: with 8 kv clients
+			// in a process, the largest source of context switches.)
+			qc.poll()
+		}
 		if handOver && len(qc.free) < cap(qc.free) {
 			qc.wake() // in flight: the completion goroutine reaps it
 		}

@@ -427,7 +427,7 @@ func TestCompletionWithoutWait(t *testing.T) {
 
 func TestBusyPollConfig(t *testing.T) {
 	t.Setenv("RDMAKIT_TCP_BUSY_POLL", "")
-	for _, c := range []struct{ in, want time.Duration }{{0, -1}, {-1, -1}, {30 * time.Microsecond, 30 * time.Microsecond}} {
+	for _, c := range []struct{ in, want time.Duration }{{0, DefaultTCPBusyPoll}, {-1, -1}, {30 * time.Microsecond, 30 * time.Microsecond}} {
 		if got := (Config{TCPBusyPoll: c.in}).busyPoll(); got != c.want {
 			t.Errorf("TCPBusyPoll %v: %v, want %v", c.in, got, c.want)
 		}
@@ -435,5 +435,22 @@ func TestBusyPollConfig(t *testing.T) {
 	t.Setenv("RDMAKIT_TCP_BUSY_POLL", "50us")
 	if got := (Config{}).busyPoll(); got != 0 {
 		t.Errorf("with the environment set: %v, want 0 (verbs reads it)", got)
+	}
+}
+
+func TestSpinFor(t *testing.T) {
+	b := &Batch{reqs: []Request{{Length: 256 << 10}, {Length: 256 << 10}}}
+	if got := b.spinFor(false); got != waitSpin {
+		t.Errorf("not alone: %v, want %v", got, waitSpin)
+	}
+	if got, want := b.spinFor(true), waitSpin+2*(256<<10)/spinRate*time.Microsecond; got != want {
+		t.Errorf("alone, 512 KiB: %v, want %v", got, want)
+	}
+	b.reqs[0].Length = 1 << 40
+	if got := b.spinFor(true); got != waitSpin+maxWaitSpin {
+		t.Errorf("alone, 1 TiB: %v, want %v", got, waitSpin+maxWaitSpin)
+	}
+	if got := (&Batch{}).spinFor(true); got != waitSpin {
+		t.Errorf("alone, empty: %v, want %v", got, waitSpin)
 	}
 }

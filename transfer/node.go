@@ -103,27 +103,36 @@ type Config struct {
 	// default).
 	ArenaSize int64
 	// TCPBusyPoll is passed to verbs.Options.TCPBusyPoll of a tcp device:
-	// how long each QP's reader polls its socket before it sleeps. 0:
-	// RDMAKIT_TCP_BUSY_POLL if set, else off (unlike verbs' default); negative:
-	// off. The engine's processes have several sockets (a QP per peer
-	// and Config.QPsPerPeer, the metadata and the KV master's connections)
-	// and its waiters sleep: a reader that spins keeps a Go processor
-	// from the network poller, so the socket that has the answer is read
-	// only once the spin ends (2 cores: an 8-byte Read batch took 110-160
-	// µs with 50µs polling, 21-27 µs without; a KV Get of 8 B 190 µs
-	// against 40 µs).
+	// how long each QP's reader polls its socket before it sleeps; any
+	// busy polling also lets the application's polls of a QP's CQ read
+	// its socket (Batch.Wait's). 0: RDMAKIT_TCP_BUSY_POLL if set, else
+	// DefaultTCPBusyPoll (unlike verbs' default); negative: off.
 	TCPBusyPoll time.Duration
 }
+
+// DefaultTCPBusyPoll is the engine's busy polling over tcp: next to none
+// by the readers (a few attempts), but on, so that a Wait's polls read
+// the answer from the socket themselves (Batch.Wait: the only Wait of a
+// process polls for as long as its transfer takes). The engine's
+// processes have several sockets (a QP per peer and Config.QPsPerPeer,
+// the metadata and the KV master's connections) and its waiters sleep
+// when several wait: a reader that spins keeps a Go processor from the
+// network poller, so the socket that has the answer is read only once the
+// spin ends (2 cores: an 8-byte Read batch took 110-160 µs with 50µs
+// polling, 21-27 µs without; a KV Get of 8 B 190 µs against 40 µs).
+const DefaultTCPBusyPoll = time.Microsecond
 
 // busyPoll is the verbs.Options.TCPBusyPoll of the node's devices.
 func (c Config) busyPoll() time.Duration {
 	switch {
 	case c.TCPBusyPoll > 0:
 		return c.TCPBusyPoll
-	case c.TCPBusyPoll == 0 && os.Getenv(driver.EnvBusyPoll) != "":
+	case c.TCPBusyPoll < 0:
+		return -1
+	case os.Getenv(driver.EnvBusyPoll) != "":
 		return 0 // verbs reads it
 	}
-	return -1
+	return DefaultTCPBusyPoll
 }
 
 // nodeSeq counts the nodes of this process given a default name.
