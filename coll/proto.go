@@ -344,6 +344,16 @@ func (c *Comm) post(ch *channel, src []byte, sr srcRef) error {
 		fw.Flags |= verbs.SendSignaled
 	}
 	wrs = append(wrs, fw)
+	if err := c.postWRs(ch, wrs); err != nil {
+		return err
+	}
+	ch.sk++
+	return nil
+}
+
+// postWRs posts wrs on ch's QP once its send queue has room for them.
+func (c *Comm) postWRs(ch *channel, wrs []verbs.SendWR) error {
+	q := ch.q
 	n := uint64(len(wrs))
 	if err := c.room(q, n); err != nil {
 		return err
@@ -356,7 +366,6 @@ func (c *Comm) post(ch *channel, src []byte, sr srcRef) error {
 	if q.ep.sync {
 		q.completed = q.posted
 	}
-	ch.sk++
 	return nil
 }
 
@@ -739,19 +748,8 @@ func (c *Comm) ackLane(ch *channel, l *lane) error {
 // ack writes the credit words of messages [from, to) of a ring of slots
 // into the sender: from src (registered at srcAddr) to its words at rem.
 func (c *Comm) ack(ch *channel, from, to, slots uint64, src []byte, srcAddr, rem uint64) error {
-	q := ch.q
-	wrs := c.appendAcks(ch, ch.wr[:0], from, to, slots, src, srcAddr, rem)
-	n := uint64(len(wrs))
-	if err := c.room(q, n); err != nil {
+	if err := c.postWRs(ch, c.appendAcks(ch, ch.wr[:0], from, to, slots, src, srcAddr, rem)); err != nil {
 		return err
-	}
-	renumber(q, wrs) // room may have posted credits on q (payCredits)
-	if err := q.qp.PostSend(wrs); err != nil {
-		return c.fail(fmt.Errorf("%w: rank %d: posting to rank %d: %v", ErrAborted, c.rank, ch.peer, err), true)
-	}
-	q.posted += n
-	if q.ep.sync {
-		q.completed = q.posted
 	}
 	c.paidAlone++
 	return nil
