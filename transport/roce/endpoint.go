@@ -38,6 +38,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -164,6 +165,10 @@ type endpoint struct {
 	// while nobody polls (run).
 	polls    atomic.Uint64
 	sleeping atomic.Bool
+
+	// busyPoll: how long the progress goroutine spins after receiving
+	// (spin; 0: never).
+	busyPoll time.Duration
 }
 
 // Filter sees every datagram an endpoint sends, for tests that make the
@@ -295,7 +300,7 @@ func newEndpoint(bind netip.AddrPort, mtu verbs.MTU) (*endpoint, error) {
 		sys.Close(fd)
 		return nil, fmt.Errorf("roce: %w", err)
 	}
-	ep := &endpoint{key: bind, fd: fd, efd: efd, local: la, mtu: mtu, wrap: testFilter, testCE: testMarkCE}
+	ep := &endpoint{key: bind, fd: fd, efd: efd, local: la, mtu: mtu, wrap: testFilter, testCE: testMarkCE, busyPoll: busyPollFromEnv()}
 	m := map[uint32]*qpDriver{}
 	ep.qps.Store(&m)
 	// Receive buffers hold a coalesced run (UDP_GRO) each.
@@ -388,24 +393,80 @@ func (ep *endpoint) removeQP(d *qpDriver) {
 // is stepping (held: the poller steps again for it), and reports whether
 // it should step again at once (the socket may hold more, or responses
 // are left to send).
-func (ep *endpoint) tryStep() (again, held bool) {
+func (ep *endpoint) tryStep() (again, held, got bool) {
 	if testPollOnly.Load() {
 		ep.missed.Store(true)
-		return false, true
+		return false, true, false
 	}
 	if !ep.stepMu.TryLock() {
 		ep.missed.Store(true)
 		if !ep.stepMu.TryLock() {
-			return false, true // the holder steps again when it lets go
+			return false, true, false // the holder steps again when it lets go
 		}
 	}
 	ep.missed.Store(false)
 	if !ep.closed.Load() {
 		ep.step(ep.fd)
+		got = ep.didStep
 	}
 	again = ep.more || len(ep.backlog) > 0
 	ep.stepMu.Unlock()
-	return again, false
+	return again, false, got
+}
+
+// steps steps until the socket is drained and no responses are left
+// (again), or a poller holds stepMu (held); got: something was received.
+func (ep *endpoint) steps() (held, got bool) {
+	for !ep.closed.Load() {
+		again, h, g := ep.tryStep()
+		got = got || g
+		if h || !again {
+			return h, got
+		}
+	}
+	return false, got
+}
+
+// Busy polling (RDMAKIT_ROCE_BUSY_POLL, endpoint.busyPoll): after steps
+// that received something, the progress goroutine keeps stepping
+// (non-blocking recvmmsg) for up to busyPoll before it waits for the
+// socket in the kernel, so that while traffic flows the next datagrams
+// are taken without a thread sleeping and being woken (the largest cost
+// of a bandwidth run on a 2-core host: a wake-up every few datagrams).
+// Every empty attempt is followed by a sched_yield, so that other
+// runnable threads (the peer process, the application) get the core; the
+// clock is read every spinClock attempts. At most maxSpinning endpoints
+// of the process spin at once.
+const spinClock = 8
+
+var (
+	spinning    atomic.Int32
+	maxSpinning = int32(max(1, runtime.NumCPU()/2))
+)
+
+// spin is the progress goroutine's busy poll: it returns once it received
+// something (got), a poller holds stepMu (held), goroutines poll CQs
+// (Progress), or busyPoll passed.
+func (ep *endpoint) spin() (held, got bool) {
+	if spinning.Add(1) > maxSpinning {
+		spinning.Add(-1)
+		return false, false
+	}
+	defer spinning.Add(-1)
+	deadline, polls := time.Now().Add(ep.busyPoll), ep.polls.Load()
+	for i := 1; !ep.closed.Load(); i++ {
+		if held, got = ep.steps(); held || got {
+			return held, got
+		}
+		if ep.polls.Load()-polls >= busyPolls {
+			return false, false // goroutines poll: they receive (run)
+		}
+		if i%spinClock == 0 && !time.Now().Before(deadline) {
+			return false, false
+		}
+		sys.Yield()
+	}
+	return false, false
 }
 
 // Waits of the progress goroutine: pollQuiet while goroutines poll (or
@@ -429,31 +490,28 @@ const (
 func (ep *endpoint) run() {
 	defer ep.wg.Done()
 	seen := ep.polls.Load()
-	backoff := false
+	backoff, flowing := false, false
 	for !ep.closed.Load() {
 		p := ep.polls.Load()
 		slept := ep.sleeping.Swap(false)
 		busy := p-seen >= busyPolls && !slept
 		seen = p
-		if busy || backoff {
-			backoff = false
+		switch {
+		case busy || backoff:
+			backoff, flowing = false, false
 			if _, woken := sys.WaitFD(-1, ep.efd, false, pollQuiet); !woken {
 				continue
 			}
-		} else {
+		case flowing && ep.busyPoll > 0:
+			held, got := ep.spin()
+			backoff, flowing = held, got
+			continue
+		default:
 			sys.WaitFD(ep.fd, ep.efd, false, idleWait)
 		}
 		sys.Drain(ep.efd)
-		for !ep.closed.Load() {
-			again, held := ep.tryStep()
-			if held {
-				backoff = true
-				break
-			}
-			if !again {
-				break
-			}
-		}
+		held, got := ep.steps()
+		backoff, flowing = held, got
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/rdmakit/rdmakit/internal/soft"
 	"github.com/rdmakit/rdmakit/internal/sys"
@@ -36,7 +37,33 @@ const (
 	// 4791. Port 0 lets the system choose (rdmakit peers only: the port
 	// travels in QP.Address). (Options.ListenAddr is the tcp transport's.)
 	EnvAddr = "RDMAKIT_ROCE_ADDR"
+	// EnvBusyPoll is how long a device's progress goroutine keeps trying
+	// non-blocking receives after one that received something, before it
+	// waits for the socket in the kernel (a Go duration: "50us"; "0"
+	// turns it off); default DefaultBusyPoll. See endpoint.go (spin).
+	EnvBusyPoll = "RDMAKIT_ROCE_BUSY_POLL"
 )
+
+// DefaultBusyPoll is the progress goroutine's busy polling when
+// RDMAKIT_ROCE_BUSY_POLL is not set: the tcp transport's reader's default.
+const DefaultBusyPoll = 50 * time.Microsecond
+
+// busyPollFromEnv reads RDMAKIT_ROCE_BUSY_POLL (bad or negative values:
+// the default; at most a second).
+func busyPollFromEnv() time.Duration {
+	s := os.Getenv(EnvBusyPoll)
+	if s == "" {
+		return DefaultBusyPoll
+	}
+	if s == "0" {
+		return 0
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 {
+		return DefaultBusyPoll
+	}
+	return min(d, time.Second)
+}
 
 func init() { verbs.Register(soft.NewDriver(driver{})) }
 
