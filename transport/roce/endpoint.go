@@ -169,6 +169,9 @@ type endpoint struct {
 	// busyPoll: how long the progress goroutine spins after receiving
 	// (spin; 0: never).
 	busyPoll time.Duration
+	// wakec carries wake's token to the progress goroutine while it
+	// waits in Go rather than in the kernel (waitWake).
+	wakec chan struct{}
 }
 
 // Filter sees every datagram an endpoint sends, for tests that make the
@@ -310,7 +313,7 @@ func newEndpoint(bind netip.AddrPort, mtu verbs.MTU) (*endpoint, error) {
 		ep.rx.Bufs[i] = pool[i*rxBuf : (i+1)*rxBuf : (i+1)*rxBuf]
 	}
 	ep.tx = newTxBatch(ep)
-	ep.kickc, ep.stop = make(chan struct{}, 1), make(chan struct{})
+	ep.kickc, ep.stop, ep.wakec = make(chan struct{}, 1), make(chan struct{}), make(chan struct{}, 1)
 	ep.wg.Add(2)
 	go ep.run()
 	go ep.sender()
@@ -434,8 +437,11 @@ func (ep *endpoint) steps() (held, got bool) {
 // are taken without a thread sleeping and being woken (the largest cost
 // of a bandwidth run on a 2-core host: a wake-up every few datagrams).
 // Every empty attempt is followed by a sched_yield, so that other
-// runnable threads (the peer process, the application) get the core; the
-// clock is read every spinClock attempts. At most maxSpinning endpoints
+// runnable threads (the peer process, the application) get the core,
+// made without telling the Go scheduler (sys.RawYield: a yield that
+// takes long on a loaded host would otherwise have the runtime hand the
+// goroutine's processor to another thread); the clock is read every
+// spinClock attempts. At most maxSpinning endpoints
 // of the process spin at once.
 const spinClock = 8
 
@@ -464,7 +470,7 @@ func (ep *endpoint) spin() (held, got bool) {
 		if i%spinClock == 0 && !time.Now().Before(deadline) {
 			return false, false
 		}
-		sys.Yield()
+		sys.RawYield()
 	}
 	return false, false
 }
@@ -491,6 +497,8 @@ func (ep *endpoint) run() {
 	defer ep.wg.Done()
 	seen := ep.polls.Load()
 	backoff, flowing := false, false
+	quiet := time.NewTimer(time.Hour)
+	quiet.Stop()
 	for !ep.closed.Load() {
 		p := ep.polls.Load()
 		slept := ep.sleeping.Swap(false)
@@ -499,7 +507,7 @@ func (ep *endpoint) run() {
 		switch {
 		case busy || backoff:
 			backoff, flowing = false, false
-			if _, woken := sys.WaitFD(-1, ep.efd, false, pollQuiet); !woken {
+			if !ep.waitWake(quiet) {
 				continue
 			}
 		case flowing && ep.busyPoll > 0:
@@ -575,8 +583,34 @@ func (ep *endpoint) unlockPoll() bool {
 }
 
 // wake makes the progress goroutine step even if the socket does not
-// become readable again: a poller left datagrams or a backlog behind.
-func (ep *endpoint) wake() { sys.Signal(ep.efd) }
+// become readable again: a poller left datagrams or a backlog behind. It
+// may be waiting in the kernel (the eventfd) or in Go (wakec).
+func (ep *endpoint) wake() {
+	select {
+	case ep.wakec <- struct{}{}:
+	default:
+	}
+	sys.Signal(ep.efd)
+}
+
+// waitWake is the progress goroutine's wait while goroutines poll: for
+// wake, Close, or pollQuiet to pass (false). It waits in Go (a channel
+// and the timer t), not in a blocking system call: a thread blocked in
+// the kernel holds its Go processor, and while the application's
+// poller is in a system call too (sendmmsg) the runtime hands that
+// processor to another thread to look for work, every few tens of
+// microseconds; parked, the goroutine leaves the processor idle.
+func (ep *endpoint) waitWake(t *time.Timer) bool {
+	t.Reset(pollQuiet)
+	select {
+	case <-ep.wakec:
+	case <-ep.stop:
+	case <-t.C:
+		return false
+	}
+	t.Stop()
+	return true
+}
 
 // step receives one batch of datagrams, runs them through their QPs and
 // sends the responses they call for (under stepMu).
