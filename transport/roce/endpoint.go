@@ -451,20 +451,21 @@ var (
 )
 
 // spin is the progress goroutine's busy poll: it returns once it received
-// something (got), a poller holds stepMu (held), goroutines poll CQs
-// (Progress), or busyPoll passed.
-func (ep *endpoint) spin() (held, got bool) {
+// something (got), a poller holds stepMu (held), goroutines polled CQs
+// (Progress) busyPolls times since base (the count when the traffic
+// started flowing: they receive then, see run), or busyPoll passed.
+func (ep *endpoint) spin(base uint64) (held, got bool) {
 	if spinning.Add(1) > maxSpinning {
 		spinning.Add(-1)
 		return false, false
 	}
 	defer spinning.Add(-1)
-	deadline, polls := time.Now().Add(ep.busyPoll), ep.polls.Load()
+	deadline := time.Now().Add(ep.busyPoll)
 	for i := 1; !ep.closed.Load(); i++ {
 		if held, got = ep.steps(); held || got {
 			return held, got
 		}
-		if ep.polls.Load()-polls >= busyPolls {
+		if ep.polls.Load()-base >= busyPolls {
 			return false, false // goroutines poll: they receive (run)
 		}
 		if i%spinClock == 0 && !time.Now().Before(deadline) {
@@ -496,7 +497,7 @@ const (
 func (ep *endpoint) run() {
 	defer ep.wg.Done()
 	seen := ep.polls.Load()
-	backoff, flowing := false, false
+	backoff, flowing, base := false, false, seen
 	quiet := time.NewTimer(time.Hour)
 	quiet.Stop()
 	for !ep.closed.Load() {
@@ -511,8 +512,12 @@ func (ep *endpoint) run() {
 				continue
 			}
 		case flowing && ep.busyPoll > 0:
-			held, got := ep.spin()
+			held, got := ep.spin(base)
 			backoff, flowing = held, got
+			if ep.polls.Load()-base >= busyPolls {
+				// Goroutines poll CQs while it spins: they receive.
+				backoff, flowing = true, false
+			}
 			continue
 		default:
 			sys.WaitFD(ep.fd, ep.efd, false, idleWait)
@@ -520,6 +525,7 @@ func (ep *endpoint) run() {
 		sys.Drain(ep.efd)
 		held, got := ep.steps()
 		backoff, flowing = held, got
+		base = ep.polls.Load()
 	}
 }
 
