@@ -169,9 +169,6 @@ type endpoint struct {
 	// busyPoll: how long the progress goroutine spins after receiving
 	// (spin; 0: never).
 	busyPoll time.Duration
-	// wakec carries wake's token to the progress goroutine while it
-	// waits in Go rather than in the kernel (waitWake).
-	wakec chan struct{}
 }
 
 // Filter sees every datagram an endpoint sends, for tests that make the
@@ -313,7 +310,7 @@ func newEndpoint(bind netip.AddrPort, mtu verbs.MTU) (*endpoint, error) {
 		ep.rx.Bufs[i] = pool[i*rxBuf : (i+1)*rxBuf : (i+1)*rxBuf]
 	}
 	ep.tx = newTxBatch(ep)
-	ep.kickc, ep.stop, ep.wakec = make(chan struct{}, 1), make(chan struct{}), make(chan struct{}, 1)
+	ep.kickc, ep.stop = make(chan struct{}, 1), make(chan struct{})
 	ep.wg.Add(2)
 	go ep.run()
 	go ep.sender()
@@ -498,8 +495,6 @@ func (ep *endpoint) run() {
 	defer ep.wg.Done()
 	seen := ep.polls.Load()
 	backoff, flowing, base := false, false, seen
-	quiet := time.NewTimer(time.Hour)
-	quiet.Stop()
 	for !ep.closed.Load() {
 		p := ep.polls.Load()
 		slept := ep.sleeping.Swap(false)
@@ -508,7 +503,7 @@ func (ep *endpoint) run() {
 		switch {
 		case busy || backoff:
 			backoff, flowing = false, false
-			if !ep.waitWake(quiet) {
+			if _, woken := sys.WaitFD(-1, ep.efd, false, pollQuiet); !woken {
 				continue
 			}
 		case flowing && ep.busyPoll > 0:
@@ -589,34 +584,8 @@ func (ep *endpoint) unlockPoll() bool {
 }
 
 // wake makes the progress goroutine step even if the socket does not
-// become readable again: a poller left datagrams or a backlog behind. It
-// may be waiting in the kernel (the eventfd) or in Go (wakec).
-func (ep *endpoint) wake() {
-	select {
-	case ep.wakec <- struct{}{}:
-	default:
-	}
-	sys.Signal(ep.efd)
-}
-
-// waitWake is the progress goroutine's wait while goroutines poll: for
-// wake, Close, or pollQuiet to pass (false). It waits in Go (a channel
-// and the timer t), not in a blocking system call: a thread blocked in
-// the kernel holds its Go processor, and while the application's
-// poller is in a system call too (sendmmsg) the runtime hands that
-// processor to another thread to look for work, every few tens of
-// microseconds; parked, the goroutine leaves the processor idle.
-func (ep *endpoint) waitWake(t *time.Timer) bool {
-	t.Reset(pollQuiet)
-	select {
-	case <-ep.wakec:
-	case <-ep.stop:
-	case <-t.C:
-		return false
-	}
-	t.Stop()
-	return true
-}
+// become readable again: a poller left datagrams or a backlog behind.
+func (ep *endpoint) wake() { sys.Signal(ep.efd) }
 
 // step receives one batch of datagrams, runs them through their QPs and
 // sends the responses they call for (under stepMu).
