@@ -444,20 +444,22 @@ const spinClock = 8
 
 var (
 	spinning    atomic.Int32
-	maxSpinning = int32(max(1, runtime.NumCPU()/2))
+	maxSpinning atomic.Int32 // max(1, NumCPU/2)
 )
+
+func init() { maxSpinning.Store(int32(max(1, runtime.NumCPU()/2))) }
 
 // spin is the progress goroutine's busy poll: it returns once it received
 // something (got), a poller holds stepMu (held), goroutines polled CQs
 // (Progress) busyPolls times since base (the count when the traffic
 // started flowing: they receive then, see run), or busyPoll passed.
-func (ep *endpoint) spin(base uint64) (held, got bool) {
-	if spinning.Add(1) > maxSpinning {
+func (ep *endpoint) spin(base uint64, d time.Duration) (held, got bool) {
+	if spinning.Add(1) > maxSpinning.Load() {
 		spinning.Add(-1)
 		return false, false
 	}
 	defer spinning.Add(-1)
-	deadline := time.Now().Add(ep.busyPoll)
+	deadline := time.Now().Add(d)
 	for i := 1; !ep.closed.Load(); i++ {
 		if held, got = ep.steps(); held || got {
 			return held, got
@@ -507,7 +509,7 @@ func (ep *endpoint) run() {
 				continue
 			}
 		case flowing && ep.busyPoll > 0:
-			held, got := ep.spin(base)
+			held, got := ep.spin(base, ep.busyPoll)
 			backoff, flowing = held, got
 			if ep.polls.Load()-base >= busyPolls {
 				// Goroutines poll CQs while it spins: they receive.

@@ -1,0 +1,82 @@
+package roce
+
+import (
+	"testing"
+	"time"
+
+	"github.com/rdmakit/rdmakit/verbs"
+)
+
+func TestBusyPollFromEnv(t *testing.T) {
+	for _, c := range []struct {
+		env  string
+		want time.Duration
+	}{
+		{"", DefaultBusyPoll},
+		{"0", 0},
+		{"0s", 0},
+		{"20us", 20 * time.Microsecond},
+		{"1ms", time.Millisecond},
+		{"5s", time.Second},
+		{"-1us", DefaultBusyPoll},
+		{"fast", DefaultBusyPoll},
+	} {
+		t.Setenv(EnvBusyPoll, c.env)
+		if got := busyPollFromEnv(); got != c.want {
+			t.Errorf("%s=%q: %v, want %v", EnvBusyPoll, c.env, got, c.want)
+		}
+	}
+}
+
+// Writes land intact with the progress goroutine's busy polling off, on
+// (the default) and long, the requester's side waiting on its CQ (no
+// poller: the progress goroutines receive everything).
+func TestBusyPollWrites(t *testing.T) {
+	for _, bp := range []string{"0", "", "2ms"} {
+		t.Run("busypoll="+bp, func(t *testing.T) {
+			t.Setenv(EnvBusyPoll, bp)
+			a, b := pair(t, 4<<20, verbs.MTU4096)
+			want := busyPollFromEnv()
+			for _, s := range []*side{a, b} {
+				if got := ctxOf(s.ctx).ep.busyPoll; got != want {
+					t.Fatalf("endpoint busyPoll %v, want %v", got, want)
+				}
+			}
+			fill(a.mr.Bytes(), 11)
+			const msg = 64 << 10
+			for i := 0; i < (4<<20)/msg; i++ {
+				a.post(verbs.SendWR{ID: uint64(i), Opcode: verbs.OpWrite, Flags: verbs.SendSignaled,
+					SGL: []verbs.SGE{a.mr.SGE(i*msg, msg)}, RemoteAddr: b.mr.Addr() + uint64(i*msg), RKey: b.mr.RKey()})
+			}
+			a.wait(a.scq, (4<<20)/msg, 20*time.Second)
+			sameBytes(t, "written", b.mr.Bytes(), a.mr.Bytes())
+		})
+	}
+}
+
+// A progress goroutine that spins gives up once goroutines polled CQs
+// busyPolls times since the traffic started flowing (base), even when
+// those polls came before this spin began (the progress goroutine spins
+// again after every batch it receives): here with an hour of busy
+// polling and nothing arriving. (It used to count from the spin's start
+// only, and so kept spinning beside pollers that received everything.)
+func TestSpinYieldsToPollers(t *testing.T) {
+	a, _ := pair(t, 1<<16, verbs.MTU1024)
+	ep := ctxOf(a.ctx).ep
+	old := maxSpinning.Swap(1 << 20) // not turned away by the progress goroutine's spin
+	defer maxSpinning.Store(old)
+	base := ep.polls.Load()
+	for i := 0; i < busyPolls; i++ {
+		ep.polls.Add(1)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		ep.spin(base, time.Hour)
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("spin went on with goroutines polling")
+	}
+}
