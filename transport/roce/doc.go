@@ -52,6 +52,12 @@
 // per QP, so that ECMP spreads QPs); everything arrives on the context's
 // socket.
 //
+// One progress goroutine per socket receives. While datagrams flow it
+// busy-polls the socket (non-blocking receives, a sched_yield between
+// them) for up to RDMAKIT_ROCE_BUSY_POLL (a duration, default 50µs; "0"
+// turns it off) after the last one before it sleeps: fewer thread
+// wake-ups per window, for up to that much of a core after each burst.
+//
 // # RDMA CM
 //
 // ListenCM and DialCM connect RC QPs through the RDMA CM's wire exchange
