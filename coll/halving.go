@@ -251,6 +251,9 @@ func (c *Comm) hdDirect(n int) bool { return n >= hdDirectMin }
 // steps over a power-of-two core of p2 ranks (this rank being core member
 // nr; rem as coreRank's).
 func (c *Comm) hdAnnounce(out mem, nr, rem, p2 int) error {
+	if testHookHDDirect != nil {
+		testHookHDDirect(c)
+	}
 	var b [12]byte
 	binary.LittleEndian.PutUint64(b[:], uint64(sys.Addr(out.b)))
 	for mask := 1; mask < p2; mask <<= 1 {
@@ -262,6 +265,10 @@ func (c *Comm) hdAnnounce(out mem, nr, rem, p2 int) error {
 	}
 	return nil
 }
+
+// testHookHDDirect, when set (tests), runs when a halving collective
+// takes the direct path.
+var testHookHDDirect func(c *Comm)
 
 // hdDirect holds the partners' output addresses and keys, by step (from
 // the step with partner nr^1); zero where not learnt.
