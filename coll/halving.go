@@ -71,7 +71,7 @@ func (c *Comm) halvingAllReduce(in, out mem, count int, dt DataType, op RedOp) e
 	}
 	var d hdDirect
 	if c.hdDirect(count * es) {
-		if err := c.hdAnnounce(out, nr, rem, p2); err != nil {
+		if err := c.hdAnnounce(out, nr, rem, p2, 1); err != nil {
 			return err
 		}
 	}
@@ -216,16 +216,22 @@ func (c *Comm) halvingAllGather(in, out mem, count, es int) error {
 	if &in.b[0] != &out.b[r*count*es] {
 		copy(out.at(r*count, (r+1)*count, es), in.b[:count*es])
 	}
+	// The first step goes through the FIFO: writing it directly would
+	// have to wait for the partner's address, that is for the partner to
+	// have started the call, where through the FIFO the data goes as soon
+	// as this rank starts (with ranks outnumbering cores the partner may
+	// not run for a while). Later partners' addresses came before their
+	// first step's data, which this rank has by then.
 	direct := c.hdDirect(len(out.b))
 	if direct {
-		if err := c.hdAnnounce(out, r, 0, c.nranks); err != nil {
+		if err := c.hdAnnounce(out, r, 0, c.nranks, 2); err != nil {
 			return err
 		}
 	}
 	var d hdDirect
 	for k, mask := 0, 1; mask < c.nranks; k, mask = k+1, mask<<1 {
 		partner := r ^ mask
-		if direct {
+		if direct && mask > 1 {
 			if err := d.learn(c, k, partner); err != nil {
 				return err
 			}
@@ -246,7 +252,8 @@ func (c *Comm) halvingAllGather(in, out mem, count, es int) error {
 // besides. Every rank tells each of its partners where its output is with
 // a small message at the start of the call (hdAnnounce: it is the call's
 // first message to that partner on channel 0), and takes each partner's
-// before its first exchange with it (hdDirect.learn). The address is
+// before its first exchange with it (hdDirect.learn); AllGather's first
+// step, which nothing precedes, is not direct (see halvingAllGather). The address is
 // learnt anew in every call and a partner writes only before the notice
 // this rank waits for, so nothing is written into the buffer once the
 // call has returned (it may be freed or changed then). The output is
@@ -259,15 +266,15 @@ var hdDirectMin = directMin
 func (c *Comm) hdDirect(n int) bool { return n >= hdDirectMin }
 
 // hdAnnounce sends out's address and key to the partners of the doubling
-// steps over a power-of-two core of p2 ranks (this rank being core member
-// nr; rem as coreRank's).
-func (c *Comm) hdAnnounce(out mem, nr, rem, p2 int) error {
+// steps from mask from on, over a power-of-two core of p2 ranks (this rank
+// being core member nr; rem as coreRank's).
+func (c *Comm) hdAnnounce(out mem, nr, rem, p2, from int) error {
 	if testHookHDDirect != nil {
 		testHookHDDirect(c)
 	}
 	var b [12]byte
 	binary.LittleEndian.PutUint64(b[:], uint64(sys.Addr(out.b)))
-	for mask := 1; mask < p2; mask <<= 1 {
+	for mask := from; mask < p2; mask <<= 1 {
 		ch := c.peers[coreRank(nr^mask, rem)].ch[0]
 		binary.LittleEndian.PutUint32(b[8:], out.rg.rkeys[ch.q.ep.idx])
 		if err := c.sendSmall(ch, b[:]); err != nil {
