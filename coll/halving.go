@@ -30,7 +30,7 @@ package coll
 // for the writes at the end (long done by then), the last through
 // sendFrom.
 //
-// Direct writes. From hdDirectMin bytes of output (128 KiB) the doubling
+// Direct writes. From hdDirectMin bytes of output (512 KiB) the doubling
 // steps (AllGather's, and AllReduce's second half) write straight into
 // the partner's output buffer, each piece followed by a notice, instead of
 // through its FIFO: the receiver copies nothing (over tcp the transport
@@ -259,7 +259,11 @@ func (c *Comm) halvingAllGather(in, out mem, count, es int) error {
 // call has returned (it may be freed or changed then). The output is
 // always registered memory: the caller's, or the output bounce buffer
 // when the caller's is not (ops.go, output).
-var hdDirectMin = directMin
+//
+// 512 KiB: below it the copy saved is small and the addresses cost more
+// (4 and 8 ranks over tcp, AllGather 256 KiB, A/B medians: 225 / 269 µs,
+// 1066 / 1369; 512 KiB 403 / 359, 2707 / 2452; docs/benchmarks.md).
+var hdDirectMin = 512 << 10
 
 // hdDirect says whether a halving collective with an n-byte output
 // writes directly; every rank decides alike.
