@@ -29,6 +29,23 @@ package coll
 // the call returns: the steps before the last send it straight and wait
 // for the writes at the end (long done by then), the last through
 // sendFrom.
+//
+// Direct writes. From hdDirectMin bytes of output (512 KiB) the doubling
+// steps (AllGather's, and AllReduce's second half) write straight into
+// the partner's output buffer, each piece followed by a notice, instead of
+// through its FIFO: the receiver copies nothing (over tcp the transport
+// reads the bytes from the socket into place), and the sender's pieces,
+// final data, are waited for at the end. Each rank sends its output's
+// address and key to its partners at the start of every call (see
+// hdAnnounce below). 4 and 8 ranks over tcp, AllGather 1 MiB: see
+// docs/benchmarks.md, "Halving over tcp: doubling steps into the
+// partner's output".
+
+import (
+	"encoding/binary"
+
+	"github.com/rdmakit/rdmakit/internal/sys"
+)
 
 // hdMaxSteps bounds log₂ of the rank count (ranks are an int32).
 const hdMaxSteps = 32
@@ -52,11 +69,23 @@ func (c *Comm) halvingAllReduce(in, out mem, count int, dt DataType, op RedOp) e
 		}
 		nr = r / 2
 	}
+	var d hdDirect
+	if c.hdDirect(count * es) {
+		if err := c.hdAnnounce(out, nr, rem, p2, 1); err != nil {
+			return err
+		}
+	}
 	align := max(1, 64/es)
 	var lo, hi [hdMaxSteps]int
 	l, h, k := 0, count, 0
 	for mask := p2 >> 1; mask >= 1; mask >>= 1 {
 		partner := coreRank(nr^mask, rem)
+		if c.hdDirect(count * es) {
+			// Its address comes before its data on the channel.
+			if err := d.learn(c, k, partner); err != nil {
+				return err
+			}
+		}
 		mid := min(h, l+alignUp(ceilDiv(h-l, 2), align))
 		sl, sh, kl, kh := mid, h, l, mid // send the upper half, keep the lower
 		if nr&mask != 0 {
@@ -78,7 +107,7 @@ func (c *Comm) halvingAllReduce(in, out mem, count int, dt DataType, op RedOp) e
 		if l == lo[k] {
 			rl, rh = h, hi[k]
 		}
-		if err := c.doublingStep(partner, out, l, h, rl, rh, es, mask<<1 < p2); err != nil {
+		if err := c.doublingStep(partner, out, l, h, rl, rh, es, mask<<1 < p2, d.addr[k], d.rkey[k]); err != nil {
 			return err
 		}
 		l, h = lo[k], hi[k]
@@ -125,7 +154,13 @@ func (c *Comm) halvingStep(partner int, m mem, sl, sh, kl, kh int, dt DataType, 
 // (staged, so that the call ends without a round trip; sending those
 // straight too measured no faster: 8 ranks over tcp, AllReduce 1 MiB 4346
 // against 4243 µs, AllGather 2662 / 2617, medians of 3 at load 15).
-func (c *Comm) doublingStep(partner int, m mem, sl, sh, rl, rh, es int, waited bool) error {
+//
+// With raddr (not 0) the pieces go straight into the partner's output, at
+// raddr (its m's address, rkey its key) plus their offset, each followed
+// by an empty message that says it is there (postDirect), and what the
+// partner sends lands in m the same way: nothing is copied out of a FIFO
+// slot, and the collective waits for the writes at its end.
+func (c *Comm) doublingStep(partner int, m mem, sl, sh, rl, rh, es int, waited bool, raddr uint64, rkey uint32) error {
 	ce := c.chunkElems(es)
 	ns, nr := ceilDiv(sh-sl, ce), ceilDiv(rh-rl, ce)
 	ahead := c.piecesPerStep() - 1
@@ -133,7 +168,9 @@ func (c *Comm) doublingStep(partner int, m mem, sl, sh, rl, rh, es int, waited b
 		if j < ns {
 			st := sl + j*ce
 			var err error
-			if waited {
+			if raddr != 0 {
+				err = c.forward(c.ch(partner, j), m, m.at(st, min(st+ce, sh), es), raddr, rkey, st*es)
+			} else if waited {
 				err = c.sendWaited(c.ch(partner, j), m, m.at(st, min(st+ce, sh), es))
 			} else {
 				err = c.sendFrom(c.ch(partner, j), m, m.at(st, min(st+ce, sh), es))
@@ -144,7 +181,13 @@ func (c *Comm) doublingStep(partner int, m mem, sl, sh, rl, rh, es int, waited b
 		}
 		if i := j - ahead; i >= 0 && i < nr {
 			st := rl + i*ce
-			if err := c.copyIn(c.ch(partner, i), m, st, min(st+ce, rh), es); err != nil {
+			var err error
+			if raddr != 0 {
+				err = c.arrive(c.ch(partner, i), nil, true)
+			} else {
+				err = c.copyIn(c.ch(partner, i), m, st, min(st+ce, rh), es)
+			}
+			if err != nil {
 				return err
 			}
 		}
@@ -173,14 +216,99 @@ func (c *Comm) halvingAllGather(in, out mem, count, es int) error {
 	if &in.b[0] != &out.b[r*count*es] {
 		copy(out.at(r*count, (r+1)*count, es), in.b[:count*es])
 	}
-	for mask := 1; mask < c.nranks; mask <<= 1 {
+	// The first step goes through the FIFO: writing it directly would
+	// have to wait for the partner's address, that is for the partner to
+	// have started the call, where through the FIFO the data goes as soon
+	// as this rank starts (with ranks outnumbering cores the partner may
+	// not run for a while). Later partners' addresses came before their
+	// first step's data, which this rank has by then.
+	direct := c.hdDirect(len(out.b))
+	if direct {
+		if err := c.hdAnnounce(out, r, 0, c.nranks, 2); err != nil {
+			return err
+		}
+	}
+	var d hdDirect
+	for k, mask := 0, 1; mask < c.nranks; k, mask = k+1, mask<<1 {
 		partner := r ^ mask
+		if direct && mask > 1 {
+			if err := d.learn(c, k, partner); err != nil {
+				return err
+			}
+		}
 		mine, theirs := (r&^(mask-1))*count, (partner&^(mask-1))*count
-		if err := c.doublingStep(partner, out, mine, mine+mask*count, theirs, theirs+mask*count, es, mask<<1 < c.nranks); err != nil {
+		if err := c.doublingStep(partner, out, mine, mine+mask*count, theirs, theirs+mask*count, es, mask<<1 < c.nranks, d.addr[k], d.rkey[k]); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// Direct writes. From hdDirectMin bytes (of the output) the doubling
+// steps write final data straight into the partner's output buffer
+// (doublingStep), as the ring does on shm (algo.go, directOut): over tcp
+// the transport then places the bytes there as it reads them from the
+// socket, one copy on each side instead of a copy out of a FIFO slot
+// besides. Every rank tells each of its partners where its output is with
+// a small message at the start of the call (hdAnnounce: it is the call's
+// first message to that partner on channel 0), and takes each partner's
+// before its first exchange with it (hdDirect.learn); AllGather's first
+// step, which nothing precedes, is not direct (see halvingAllGather). The address is
+// learnt anew in every call and a partner writes only before the notice
+// this rank waits for, so nothing is written into the buffer once the
+// call has returned (it may be freed or changed then). The output is
+// always registered memory: the caller's, or the output bounce buffer
+// when the caller's is not (ops.go, output).
+//
+// 512 KiB: below it the copy saved is small and the addresses cost more
+// (4 and 8 ranks over tcp, AllGather 256 KiB, A/B medians: 225 / 269 µs,
+// 1066 / 1369; 512 KiB 403 / 359, 2707 / 2452; docs/benchmarks.md).
+var hdDirectMin = 512 << 10
+
+// hdDirect says whether a halving collective with an n-byte output
+// writes directly; every rank decides alike.
+func (c *Comm) hdDirect(n int) bool { return n >= hdDirectMin }
+
+// hdAnnounce sends out's address and key to the partners of the doubling
+// steps from mask from on, over a power-of-two core of p2 ranks (this rank
+// being core member nr; rem as coreRank's).
+func (c *Comm) hdAnnounce(out mem, nr, rem, p2, from int) error {
+	if testHookHDDirect != nil {
+		testHookHDDirect(c)
+	}
+	var b [12]byte
+	binary.LittleEndian.PutUint64(b[:], uint64(sys.Addr(out.b)))
+	for mask := from; mask < p2; mask <<= 1 {
+		ch := c.peers[coreRank(nr^mask, rem)].ch[0]
+		binary.LittleEndian.PutUint32(b[8:], out.rg.rkeys[ch.q.ep.idx])
+		if err := c.sendSmall(ch, b[:]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// testHookHDDirect, when set (tests), runs when a halving collective
+// takes the direct path.
+var testHookHDDirect func(c *Comm)
+
+// hdDirect holds the partners' output addresses and keys, by step (from
+// the step with partner nr^1); zero where not learnt.
+type hdDirect struct {
+	addr [hdMaxSteps]uint64
+	rkey [hdMaxSteps]uint32
+}
+
+// learn receives the address partner sent with hdAnnounce into entry k
+// (the caller's index of the step with that partner).
+func (d *hdDirect) learn(c *Comm, k, partner int) error {
+	ch := c.peers[partner].ch[0]
+	m, err := c.recv(ch, 12)
+	if err != nil {
+		return err
+	}
+	d.addr[k], d.rkey[k] = binary.LittleEndian.Uint64(m), binary.LittleEndian.Uint32(m[8:])
+	return c.release(ch)
 }
 
 // halvingReduceScatter is recursive halving over a power-of-two rank

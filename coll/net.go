@@ -158,8 +158,13 @@ type channel struct {
 	flagAddr uint64
 	srcKey   uint32
 	stage    *region
-	wr       [4]verbs.SendWR // a message's data and flag, after up to two credit writes
-	sge      [4]verbs.SGE
+	// dst and dstKey, when dst is not 0, send the next message's data
+	// to the peer's memory there instead of to its FIFO slot
+	// (postDirect, on endpoints that are not synchronous).
+	dst    uint64
+	dstKey uint32
+	wr     [4]verbs.SendWR // a message's data and flag, after up to two credit writes
+	sge    [4]verbs.SGE
 
 	// The LL and small-message rings (write-on-post endpoints only).
 	lanes  [nLanes]lane

@@ -328,6 +328,9 @@ func (c *Comm) post(ch *channel, src []byte, sr srcRef) error {
 		ch.sge[j] = verbs.SGE{Addr: uint64(sys.Addr(src)), Length: uint32(len(src)), LKey: sr.lkey}
 		w := verbs.SendWR{ID: wrID(q, q.posted+uint64(j)+1), Opcode: verbs.OpWrite, SGL: ch.sge[j : j+1],
 			RemoteAddr: ch.remSlots + slot*uint64(ch.stride), RKey: ch.remKey}
+		if ch.dst != 0 {
+			w.RemoteAddr, w.RKey = ch.dst, ch.dstKey // postDirect
+		}
 		if len(src) <= ch.inline {
 			w.Flags = verbs.SendInline
 		}
@@ -468,9 +471,20 @@ func (c *Comm) postLL(ch *channel, src []byte) error {
 
 // postDirect writes src straight into the peer's memory at raddr, then
 // sends an empty message that tells the peer it is there. reserve must
-// have succeeded.
+// have succeeded. On endpoints that are not synchronous (tcp) both go in
+// one PostSend (post, with ch.dst), and the collective waits for the data
+// write at its end (drain).
 func (c *Comm) postDirect(ch *channel, src []byte, sr srcRef, raddr uint64, rkey uint32) error {
 	q := ch.q
+	if !q.ep.sync {
+		ch.dst, ch.dstKey = raddr, rkey
+		err := c.post(ch, src, sr)
+		ch.dst = 0
+		if err == nil && len(src) > ch.inline {
+			q.needed = q.posted - 1 // the data write; the flag is the last
+		}
+		return err
+	}
 	ch.sge[0] = verbs.SGE{Addr: uint64(sys.Addr(src)), Length: uint32(len(src)), LKey: sr.lkey}
 	ch.wr[0] = verbs.SendWR{ID: wrID(q, q.posted+1), Opcode: verbs.OpWrite, SGL: ch.sge[0:1], RemoteAddr: raddr, RKey: rkey}
 	if err := c.room(q, 1); err != nil {
