@@ -246,3 +246,61 @@ func TestPollOtherCQLeaseEnds(t *testing.T) {
 		t.Logf("round %d: landed after %v", round, time.Since(start))
 	}
 }
+
+// unpolled: a reader whose busy poll is next to none waits as with busy
+// polling off once the application has not polled its link for maxIdle,
+// and not while it polls; a longer busy poll never does.
+func TestUnpolledDecision(t *testing.T) {
+	l := &link{busyPoll: time.Microsecond, epoch: time.Now().Add(-time.Second)}
+	if !l.unpolled() {
+		t.Error("never polled, link a second old: not unpolled")
+	}
+	l.polled.Add(1)
+	if l.unpolled() {
+		t.Error("polled just now: unpolled")
+	}
+	if l.unpolled() {
+		t.Error("polled within maxIdle: unpolled")
+	}
+	l.idlePolledAt -= maxIdle
+	if !l.unpolled() {
+		t.Error("not polled for maxIdle: not unpolled")
+	}
+	l.busyPoll = 50 * time.Microsecond
+	if l.unpolled() {
+		t.Error("busy poll 50µs: unpolled")
+	}
+}
+
+// With the transfer engine's short busy poll, a passive side that never
+// polls (its reader waits holding the read side) and an active side that
+// polls again after a pause longer than maxIdle (its reader waits so as
+// well when the poll comes) both keep delivering: Reads and Writes
+// complete with the right data.
+func TestUnpolledProgress(t *testing.T) {
+	o := opts{}.withDefaults()
+	a, b := newEnd(t, openBusy(t, time.Microsecond), o, 0), newEnd(t, openBusy(t, time.Microsecond), o, 0)
+	connect(a, b, o)
+	pattern(b.mr.Bytes()[:4096], 7)
+	for round := range 6 {
+		if round%2 == 1 {
+			time.Sleep(2 * maxIdle) // both readers go unpolled
+		}
+		for i := range 50 {
+			clear(a.mr.Bytes()[:4096])
+			a.post(verbs.SendWR{Opcode: verbs.OpRead, Flags: verbs.SendSignaled, SGL: sgl(a.mr, 0, 4096),
+				RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
+			expect(t, spinCQ(t, a, a.scq, 1)[0], verbs.StatusSuccess)
+			if !bytes.Equal(a.mr.Bytes()[:4096], b.mr.Bytes()[:4096]) {
+				t.Fatalf("round %d read %d: wrong data", round, i)
+			}
+			a.mr.Bytes()[0] = byte(i)
+			a.post(verbs.SendWR{Opcode: verbs.OpWrite, Flags: verbs.SendSignaled, SGL: sgl(a.mr, 0, 8),
+				RemoteAddr: b.mr.Addr() + 8192, RKey: b.mr.RKey()})
+			expect(t, spinCQ(t, a, a.scq, 1)[0], verbs.StatusSuccess)
+			if got := b.mr.Bytes()[8192]; got != byte(i) {
+				t.Fatalf("round %d write %d: target holds %d", round, i, got)
+			}
+		}
+	}
+}
