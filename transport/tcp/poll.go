@@ -273,7 +273,7 @@ func (l *link) idle() error {
 	}
 	var n int
 	var err error
-	if (l.busyPoll == 0 || l.unpolled()) && !pollersOnly.Load() {
+	if l.busyPoll == 0 && !pollersOnly.Load() {
 		// No pollers: the read side stays ours while we wait. A first
 		// read only decides whether what is owed goes now (nothing
 		// there) or coalesces with more (input there); owing nothing,
@@ -314,38 +314,9 @@ func (l *link) idle() error {
 	return nil
 }
 
-// unpolled reports whether the reader waits as with busy polling off
-// (idle, readWait): its spin is next to none (shortSpin) and the
-// application has not polled the link's CQs for maxIdle, as on the
-// passive side of one-sided transfers (the transfer engine's target).
-// There the reader raised and lowered SO_RCVLOWAT around a spin of a few
-// yielding reads, and then waited for readiness before it read again:
-// per request four system calls and two context switches more than
-// readWait (rdmakit transfer bench, 256 KiB Reads in one process: 5.3
-// against 3.1 context switches per Read with 8 threads, 5.4 against 2.4
-// with one). A poll that comes meanwhile finds the read side taken and
-// leaves the input to the reader, which looks again when it next goes
-// idle.
-func (l *link) unpolled() bool {
-	if l.busyPoll > shortSpin {
-		return false
-	}
-	now := time.Since(l.epoch)
-	if p := l.polled.Load(); p != l.idlePolled {
-		l.idlePolled, l.idlePolledAt = p, now
-		return false
-	}
-	return now-l.idlePolledAt >= maxIdle
-}
-
-// shortSpin is the longest busy poll (Options.TCPBusyPoll) that unpolled
-// counts as next to none: the transfer engine's default (1 µs), not the
-// verbs default (50 µs), whose spin finds a ping-pong's next message.
-const shortSpin = 5 * time.Microsecond
-
 // readWait is the link goroutine's wait for input when busy polling is
-// off (Options.TCPBusyPoll 0) or nobody polls the link (unpolled): no
-// poller takes the read side then, so it waits with rmu held and reads in the
+// off (Options.TCPBusyPoll 0): no poller ever takes the read side then
+// (Progress does nothing), so it waits with rmu held and reads in the
 // same step: one read on the socket's readiness instead of a readiness
 // peek, a return to the read loop and a read (an arriving message cost
 // two peeks and a read more: the transfer engine, whose links do not busy
