@@ -182,15 +182,19 @@ type link struct {
 	kicked     bool      // a poller set a read deadline to wake the reader
 	lastPolled uint64    // polled when the reader last went idle
 	appSeen    time.Time // when the reader last saw polled move
-	resp       *rcproto.Responder
-	rbuf       []byte
-	rpos       int
-	rend       int
-	dropAll    bool         // the QP left RTR/RTS: drop every request
-	stall      bool         // maxQueuedResp responses queued: wait for the peer to read
-	keys       keytab.Cache // last rkey resolved
-	rdMem      []byte       // data of the READ_RESP the responder queued last
-	rdPin      keytab.Pin   // and its key's pin
+	// polled as spinFor last saw it, and when (since epoch) it saw it
+	// move
+	idlePolled   uint64
+	idlePolledAt time.Duration
+	resp         *rcproto.Responder
+	rbuf         []byte
+	rpos         int
+	rend         int
+	dropAll      bool         // the QP left RTR/RTS: drop every request
+	stall        bool         // maxQueuedResp responses queued: wait for the peer to read
+	keys         keytab.Cache // last rkey resolved
+	rdMem        []byte       // data of the READ_RESP the responder queued last
+	rdPin        keytab.Pin   // and its key's pin
 	// pinned read (readDirectPinned, rawReadPinned)
 	ptab      keytab.Table
 	pin       keytab.Pin

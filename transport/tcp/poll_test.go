@@ -246,3 +246,28 @@ func TestPollOtherCQLeaseEnds(t *testing.T) {
 		t.Logf("round %d: landed after %v", round, time.Since(start))
 	}
 }
+
+// spinFor: a reader with a busy poll under unpolledSpin spins
+// unpolledSpin once the application has not polled its link for maxIdle,
+// its own busy poll while it polls; a longer busy poll is kept as it is.
+func TestSpinForUnpolled(t *testing.T) {
+	l := &link{busyPoll: time.Microsecond, epoch: time.Now().Add(-time.Second)}
+	if d := l.spinFor(); d != unpolledSpin {
+		t.Errorf("never polled, link a second old: spin %v, want %v", d, unpolledSpin)
+	}
+	l.polled.Add(1)
+	if d := l.spinFor(); d != time.Microsecond {
+		t.Errorf("polled just now: spin %v, want 1µs", d)
+	}
+	if d := l.spinFor(); d != time.Microsecond {
+		t.Errorf("polled within maxIdle: spin %v, want 1µs", d)
+	}
+	l.idlePolledAt -= maxIdle
+	if d := l.spinFor(); d != unpolledSpin {
+		t.Errorf("not polled for maxIdle: spin %v, want %v", d, unpolledSpin)
+	}
+	l.busyPoll = 50 * time.Microsecond
+	if d := l.spinFor(); d != 50*time.Microsecond {
+		t.Errorf("busy poll 50µs: spin %v", d)
+	}
+}

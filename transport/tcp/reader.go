@@ -186,7 +186,7 @@ func (l *link) read(b []byte) (int, error) {
 	if l.busyPoll > 0 {
 		n, err, ok := 0, sys.ErrAgain, spinning.Add(1) <= maxSpinning
 		if ok {
-			n, err = l.spin(b, nil)
+			n, err = l.spin(b, nil, l.busyPoll)
 		}
 		spinning.Add(-1)
 		if err != sys.ErrAgain {
@@ -216,11 +216,11 @@ var (
 	maxSpinning = int32(max(1, runtime.NumCPU()/2))
 )
 
-// spin polls for up to busyPoll, or until the application polls (polled
+// spin polls for up to d, or until the application polls (polled
 // moves; with polled nil it is not watched). It returns what tryRead
 // returned last: sys.ErrAgain when it read nothing.
-func (l *link) spin(b []byte, polled *uint64) (int, error) {
-	deadline := time.Now().Add(l.busyPoll)
+func (l *link) spin(b []byte, polled *uint64, d time.Duration) (int, error) {
+	deadline := time.Now().Add(d)
 	for i := 1; ; i++ {
 		if n, err := l.tryRead(b); err != sys.ErrAgain {
 			return n, err
