@@ -218,7 +218,9 @@ type lane struct {
 // tcpBusyPoll is the TCPBusyPoll of coll's tcp contexts: on (any
 // positive value turns on progress from polls), and as short as it gets,
 // so that a reader nobody polls spins a few non-blocking reads only
-// before it parks.
+// before it parks (on a link the rank has not polled for several
+// milliseconds, as between collectives, the transport spins up to 20 µs:
+// transport/tcp spinFor).
 const tcpBusyPoll = time.Nanosecond
 
 // tcpChunk is the largest default chunk when some pair of ranks talks
