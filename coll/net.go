@@ -218,9 +218,8 @@ type lane struct {
 // tcpBusyPoll is the TCPBusyPoll of coll's tcp contexts: on (any
 // positive value turns on progress from polls), and as short as it gets,
 // so that a reader nobody polls spins a few non-blocking reads only
-// before it parks (on a link the rank has not polled for several
-// milliseconds, as between collectives, the transport spins up to 20 µs:
-// transport/tcp spinFor).
+// before it parks (transport/tcp's spinFor keeps busy polls this short
+// as they are).
 const tcpBusyPoll = time.Nanosecond
 
 // tcpChunk is the largest default chunk when some pair of ranks talks

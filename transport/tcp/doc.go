@@ -146,8 +146,8 @@
 //
 // When nobody polls, the reader busy-polls its socket for up to
 // TCPBusyPoll (SO_RCVLOWAT raised too) and then parks in Go's network
-// poller; for 20 µs instead where TCPBusyPoll is shorter (the transfer
-// engine's 1 µs) and the link has not been polled for 6.4 ms (the passive
+// poller; for 20 µs instead where TCPBusyPoll is shorter, but at least
+// 1 µs (the transfer engine's 1 µs; not coll's 1 ns), and the link has not been polled for 6.4 ms (the passive
 // side of one-sided transfers, whose next request from several clients
 // comes within microseconds). With busy polling off (TCPBusyPoll 0: no poller ever runs) the
 // reader keeps the read side while it waits and reads in the wait itself

@@ -381,8 +381,10 @@ func (l *link) idleSpin() (int, error) {
 // microseconds, and a reader that parks for it in the network poller is
 // woken only when a processor is free of the pollers (rdmakit transfer
 // bench, 256 KiB Reads, 8 threads in one process, 2 shared cores).
+// Busy polls under a microsecond (coll's 1 ns: ranks that outnumber the
+// cores need the CPU back at once) are kept as they are.
 func (l *link) spinFor() time.Duration {
-	if l.busyPoll >= unpolledSpin {
+	if l.busyPoll >= unpolledSpin || l.busyPoll < time.Microsecond {
 		return l.busyPoll
 	}
 	now := time.Since(l.epoch)

@@ -270,4 +270,8 @@ func TestSpinForUnpolled(t *testing.T) {
 	if d := l.spinFor(); d != 50*time.Microsecond {
 		t.Errorf("busy poll 50µs: spin %v", d)
 	}
+	l.busyPoll = time.Nanosecond // coll's
+	if d := l.spinFor(); d != time.Nanosecond {
+		t.Errorf("busy poll 1ns, not polled for maxIdle: spin %v, want 1ns", d)
+	}
 }
