@@ -70,7 +70,8 @@ func (c *Comm) halvingAllReduce(in, out mem, count int, dt DataType, op RedOp) e
 		nr = r / 2
 	}
 	var d hdDirect
-	if c.hdDirect(count * es) {
+	direct := c.hdDirect(count * es)
+	if direct {
 		if err := c.hdAnnounce(out, nr, rem, p2, 1); err != nil {
 			return err
 		}
@@ -80,7 +81,7 @@ func (c *Comm) halvingAllReduce(in, out mem, count int, dt DataType, op RedOp) e
 	l, h, k := 0, count, 0
 	for mask := p2 >> 1; mask >= 1; mask >>= 1 {
 		partner := coreRank(nr^mask, rem)
-		if c.hdDirect(count * es) {
+		if direct {
 			// Its address comes before its data on the channel.
 			if err := d.learn(c, k, partner); err != nil {
 				return err

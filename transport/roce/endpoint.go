@@ -158,7 +158,8 @@ type endpoint struct {
 	backlog []*qpDriver // QPs with responses left to send
 	inline  bool        // a poller steps: it sends what ACKs let go itself
 	more    bool        // the last step's batch was full: the socket may hold more
-	didStep bool        // the last step received something
+	didStep bool        // the last step handed a datagram to a QP
+	taken   int         // datagrams input handed to a QP in this step
 
 	// polls counts Progress calls; sleeping: a CQ waiter went to sleep
 	// since (Sleep). The progress goroutine waits for the socket only
@@ -606,7 +607,7 @@ func (ep *endpoint) step(fd int) {
 		ep.more = true
 		return
 	}
-	ep.more, ep.didStep = n == sys.MaxBatch, n > 0
+	ep.more, ep.taken = n == sys.MaxBatch, 0
 	since := 0
 	for i := 0; i < n; i++ {
 		b := ep.rx.Bufs[i][:ep.rx.Lens[i]]
@@ -634,6 +635,10 @@ func (ep *endpoint) step(fd int) {
 	ep.settle()
 	ep.serviceBacklog()
 	ep.flushTx()
+	// Only traffic for a QP counts as received: datagrams anyone can send
+	// (malformed, bad ICRC, unknown QP) must not keep the progress
+	// goroutine busy polling (run).
+	ep.didStep = ep.taken > 0
 }
 
 // counted adds n datagrams handled to the counters, once per settle
@@ -733,6 +738,7 @@ func (ep *endpoint) input(b []byte, from netip.AddrPort, tos uint8) {
 	if ce {
 		ep.stats.rxCE.Add(1)
 	}
+	ep.taken++
 	d.input(p, ce)
 }
 

@@ -1,6 +1,7 @@
 package roce
 
 import (
+	"net"
 	"testing"
 	"time"
 
@@ -78,5 +79,34 @@ func TestSpinYieldsToPollers(t *testing.T) {
 	case <-done:
 	case <-time.After(10 * time.Second):
 		t.Fatal("spin went on with goroutines polling")
+	}
+}
+
+// Datagrams that no QP takes (malformed here; bad ICRC or unknown QP
+// alike) do not count as received: anyone who can reach the port could
+// otherwise keep the progress goroutine busy polling with a datagram
+// every busyPoll.
+func TestJunkIsNotTraffic(t *testing.T) {
+	a, _ := pair(t, 1<<16, verbs.MTU1024)
+	ep := ctxOf(a.ctx).ep
+	ep.stepMu.Lock() // the progress goroutine and pollers stay off
+	defer ep.stepMu.Unlock()
+	c, err := net.Dial("udp", ep.local.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	before := ep.stats.rxMalformed.Load()
+	if _, err := c.Write([]byte("junk")); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); ep.stats.rxMalformed.Load() == before; {
+		if time.Now().After(deadline) {
+			t.Fatal("the junk datagram never arrived")
+		}
+		ep.step(ep.fd)
+		if ep.didStep {
+			t.Fatal("a step that received only junk reported traffic")
+		}
 	}
 }
