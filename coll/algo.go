@@ -37,21 +37,35 @@ func (c *Comm) direct(n int) bool { return c.allSync && c.nranks > 1 && n >= dir
 // call's first message to prev) and learns where next's is (next's first
 // message to us).
 func (c *Comm) directOut(out mem, next, prev int) (uint64, uint32, error) {
-	var b [12]byte
-	pc := c.peers[prev].ch[0]
-	binary.LittleEndian.PutUint64(b[:], uint64(sys.Addr(out.b)))
-	binary.LittleEndian.PutUint32(b[8:], out.rg.rkeys[pc.q.ep.idx])
-	if err := c.sendSmall(pc, b[:]); err != nil {
+	if err := c.announceOut(out, prev); err != nil {
 		return 0, 0, err
 	}
-	nc := c.peers[next].ch[0]
-	m, err := c.recv(nc, len(b))
+	return c.learnOut(next)
+}
+
+// announceOut sends rank to where out is: its address and its key on
+// the endpoint of rank's channel 0 (a small message on that channel).
+func (c *Comm) announceOut(out mem, rank int) error {
+	var b [outAddrLen]byte
+	ch := c.peers[rank].ch[0]
+	binary.LittleEndian.PutUint64(b[:], uint64(sys.Addr(out.b)))
+	binary.LittleEndian.PutUint32(b[8:], out.rg.rkeys[ch.q.ep.idx])
+	return c.sendSmall(ch, b[:])
+}
+
+// learnOut receives where rank's output is (its announceOut).
+func (c *Comm) learnOut(rank int) (uint64, uint32, error) {
+	ch := c.peers[rank].ch[0]
+	m, err := c.recv(ch, outAddrLen)
 	if err != nil {
 		return 0, 0, err
 	}
 	addr, rkey := binary.LittleEndian.Uint64(m), binary.LittleEndian.Uint32(m[8:])
-	return addr, rkey, c.release(nc)
+	return addr, rkey, c.release(ch)
 }
+
+// outAddrLen is announceOut's message: an address and a key.
+const outAddrLen = 12
 
 // forward sends o (part of m, at element offset off of the output) to ch:
 // into the peer's output at raddr when direct, else through its FIFO.

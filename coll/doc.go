@@ -72,7 +72,10 @@
 // writing into the sender's memory (see proto.go); on devices that are
 // not write-on-post (tcp, RDMA NICs) the credits ride with its next
 // message to that peer, in the same post, or go when it next waits,
-// whichever comes first. Large messages are cut
+// whichever comes first. So, as with NCCL, a collective or Send may wait
+// until the peers have made their matching calls: a program must not
+// block one rank elsewhere (another communicator, its own barrier) while
+// counting on a peer's call on this communicator to finish. Large messages are cut
 // into chunks, pipelined through the FIFOs and striped over the channels.
 // The flag carries a signature of the call (collective, count, type,
 // operator, root, algorithm, sequence number), so ranks that call

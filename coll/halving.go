@@ -41,12 +41,6 @@ package coll
 // docs/benchmarks.md, "Halving over tcp: doubling steps into the
 // partner's output".
 
-import (
-	"encoding/binary"
-
-	"github.com/rdmakit/rdmakit/internal/sys"
-)
-
 // hdMaxSteps bounds log₂ of the rank count (ranks are an int32).
 const hdMaxSteps = 32
 
@@ -277,12 +271,8 @@ func (c *Comm) hdAnnounce(out mem, nr, rem, p2, from int) error {
 	if testHookHDDirect != nil {
 		testHookHDDirect(c)
 	}
-	var b [12]byte
-	binary.LittleEndian.PutUint64(b[:], uint64(sys.Addr(out.b)))
 	for mask := from; mask < p2; mask <<= 1 {
-		ch := c.peers[coreRank(nr^mask, rem)].ch[0]
-		binary.LittleEndian.PutUint32(b[8:], out.rg.rkeys[ch.q.ep.idx])
-		if err := c.sendSmall(ch, b[:]); err != nil {
+		if err := c.announceOut(out, coreRank(nr^mask, rem)); err != nil {
 			return err
 		}
 	}
@@ -302,14 +292,9 @@ type hdDirect struct {
 
 // learn receives the address partner sent with hdAnnounce into entry k
 // (the caller's index of the step with that partner).
-func (d *hdDirect) learn(c *Comm, k, partner int) error {
-	ch := c.peers[partner].ch[0]
-	m, err := c.recv(ch, 12)
-	if err != nil {
-		return err
-	}
-	d.addr[k], d.rkey[k] = binary.LittleEndian.Uint64(m), binary.LittleEndian.Uint32(m[8:])
-	return c.release(ch)
+func (d *hdDirect) learn(c *Comm, k, partner int) (err error) {
+	d.addr[k], d.rkey[k], err = c.learnOut(partner)
+	return err
 }
 
 // halvingReduceScatter is recursive halving over a power-of-two rank

@@ -711,9 +711,13 @@ func (c *Comm) release(ch *channel) error {
 // 8 B AllReduce, about a microsecond each). So release only notes the
 // credits due (Comm.owing) and they go out with the channel's next
 // message, in the same PostSend (post), or, if a wait comes first, at
-// the start of that wait (payCredits): a rank never blocks with credits
-// unpaid, so the deadlock argument of algo.go holds as if they had been
-// written at release.
+// the start of that wait (payCredits): a rank never blocks in this
+// communicator with credits unpaid, so the deadlock argument of algo.go
+// holds as if they had been written at release. Between calls up to
+// Slots-ackBatch credits may stay owed until the rank's next call on the
+// communicator: a peer that runs ahead into its next call can send
+// ackBatch messages to this rank, not Slots, before it waits for it
+// (collectives are made to wait for every rank's call; see doc.go).
 
 // unowe takes ch off Comm.owing.
 func (c *Comm) unowe(ch *channel) {
@@ -750,11 +754,9 @@ func (c *Comm) ackLane(ch *channel, l *lane) error {
 	if wordSize <= ch.inline {
 		ch.wr[0].Flags = verbs.SendInline
 	}
-	if err := q.qp.PostSend(ch.wr[:1]); err != nil {
-		return c.fail(fmt.Errorf("%w: rank %d: posting to rank %d: %v", ErrAborted, c.rank, ch.peer, err), true)
+	if err := c.postWRs(ch, ch.wr[:1]); err != nil {
+		return err
 	}
-	q.posted++
-	q.completed = q.posted
 	l.acked = l.rk
 	return nil
 }
