@@ -96,6 +96,7 @@ type reqState struct {
 // Batch is a submitted set of requests.
 type Batch struct {
 	reqs    []Request
+	bytes   int64 // the requests' lengths together (prepare)
 	st      []reqState
 	pending atomic.Int32 // requests not final
 	done    chan struct{}
@@ -219,11 +220,7 @@ func (b *Batch) spinFor(alone bool) time.Duration {
 	if !alone {
 		return waitSpin
 	}
-	var n int64
-	for i := range b.reqs {
-		n += int64(b.reqs[i].Length)
-	}
-	return waitSpin + time.Duration(min(n/spinRate, int64(maxWaitSpin/time.Microsecond)))*time.Microsecond
+	return waitSpin + time.Duration(min(b.bytes/spinRate, int64(maxWaitSpin/time.Microsecond)))*time.Microsecond
 }
 
 // waitSpinning counts the Waits of this process polling now. At most
@@ -367,6 +364,7 @@ func (n *Node) prepare(ctx context.Context, reqs []Request) (*Batch, []plan, err
 		if r.Op == Write && d.ReadOnly {
 			return nil, nil, fmt.Errorf("%w: request %d: segment %q", ErrReadOnly, i, r.Segment)
 		}
+		b.bytes += int64(r.Length)
 		rails, err := n.railsFor(ctx, d)
 		if err != nil {
 			return nil, nil, fmt.Errorf("transfer: request %d (segment %q): %w", i, r.Segment, err)

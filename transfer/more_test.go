@@ -439,14 +439,14 @@ func TestBusyPollConfig(t *testing.T) {
 }
 
 func TestSpinFor(t *testing.T) {
-	b := &Batch{reqs: []Request{{Length: 256 << 10}, {Length: 256 << 10}}}
+	b := &Batch{bytes: 2 * (256 << 10)} // two requests of 256 KiB (prepare adds them up)
 	if got := b.spinFor(false); got != waitSpin {
 		t.Errorf("not alone: %v, want %v", got, waitSpin)
 	}
 	if got, want := b.spinFor(true), waitSpin+2*(256<<10)/spinRate*time.Microsecond; got != want {
 		t.Errorf("alone, 512 KiB: %v, want %v", got, want)
 	}
-	b.reqs[0].Length = 1 << 40
+	b.bytes = 1<<40 + 256<<10
 	if got := b.spinFor(true); got != waitSpin+maxWaitSpin {
 		t.Errorf("alone, 1 TiB: %v, want %v", got, waitSpin+maxWaitSpin)
 	}

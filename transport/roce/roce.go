@@ -55,10 +55,7 @@ func busyPollFromEnv() time.Duration {
 	if s == "" {
 		return DefaultBusyPoll
 	}
-	if s == "0" {
-		return 0
-	}
-	d, err := time.ParseDuration(s)
+	d, err := time.ParseDuration(s) // "0" too
 	if err != nil || d < 0 {
 		return DefaultBusyPoll
 	}
