@@ -165,7 +165,10 @@ func (c *Comm) drain() error {
 			continue
 		}
 		for _, q := range ep.qps {
-			for q.completed < q.needed {
+			// A peer that left cleanly took all it needed of this call
+			// (its notices come after the data): as settle, its last
+			// writes' acknowledgements are not awaited.
+			for q.completed < q.needed && !c.gone[q.peer].Load() {
 				if err := c.waitPoll(q); err != nil {
 					return err
 				}
