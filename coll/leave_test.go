@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -63,5 +64,73 @@ func TestLeaveAfterLastMessage(t *testing.T) {
 				}))
 			})
 		}
+	}
+}
+
+// TestAckAfterLeave: the acknowledgement that completes a write may come
+// after the peer's bye (it travels on the data connection, the bye on
+// the bootstrap's, and a tcp peer's poll may leave it for its reader).
+// A rank waiting for its write's completion keeps waiting when the peer
+// has left: it must not fail with "closed the communicator". Rank 0 sends
+// a message large enough to be written from the caller's buffer, which the
+// Send waits to complete; it is held at the start of that wait until rank
+// 1 has received it and left, and its completion queue then looks empty
+// up to and including the look that follows the first departure check.
+func TestAckAfterLeave(t *testing.T) {
+	var once sync.Once
+	var held, checked, hide atomic.Bool
+	testHookAckWait = func(c *Comm, peer int) {
+		if c.rank != 0 || peer != 1 {
+			return
+		}
+		once.Do(func() {
+			for end := time.Now().Add(10 * time.Second); !c.gone[1].Load(); {
+				if time.Now().After(end) {
+					t.Errorf("rank 1 did not leave")
+					return
+				}
+				time.Sleep(time.Millisecond)
+			}
+			held.Store(true)
+			hide.Store(true)
+		})
+	}
+	testHookCheckWait = func(c *Comm, peer int) {
+		if c.rank == 0 && hide.Load() {
+			checked.Store(true)
+		}
+	}
+	testHookPoll = func(c *Comm) bool {
+		if c.rank != 0 || !hide.Load() {
+			return false
+		}
+		if checked.Load() {
+			hide.Store(false) // the look after the check is the last hidden
+		}
+		return true
+	}
+	defer func() { testHookAckWait, testHookCheckWait, testHookPoll = nil, nil, nil }()
+	const n = 4 * stageMax
+	noErrors(t, runRanks(t, 2, Options{Transport: "tcp", Timeout: 30 * time.Second}, func(c *Comm) error {
+		buf := make([]byte, n)
+		if c.rank == 0 {
+			for i := range buf {
+				buf[i] = byte(i * 7)
+			}
+			return c.Send(context.Background(), buf, Int8, 1)
+		}
+		if err := c.Recv(context.Background(), buf, Int8, 0); err != nil {
+			return err
+		}
+		for i := range buf {
+			if buf[i] != byte(i*7) {
+				t.Errorf("byte %d is %d, want %d", i, buf[i], byte(i*7))
+				break
+			}
+		}
+		return nil
+	}))
+	if !held.Load() || !checked.Load() {
+		t.Fatalf("rank 0 was not held in its wait for the write's completion (held %v, checked %v)", held.Load(), checked.Load())
 	}
 }

@@ -115,6 +115,9 @@ func (c *Comm) poll(ep *endpoint) (int, error) {
 
 // pollCQ reaps the completions of cq, a send CQ of ep.
 func (c *Comm) pollCQ(ep *endpoint, cq *verbs.CQ) (int, error) {
+	if testHookPoll != nil && testHookPoll(c) {
+		return 0, nil
+	}
 	n, err := cq.Poll(ep.wcs)
 	if err != nil {
 		return 0, c.fail(fmt.Errorf("%w: rank %d: %s completion queue: %v", ErrAborted, c.rank, ep.dev, err), true)
@@ -128,7 +131,12 @@ func (c *Comm) pollCQ(ep *endpoint, cq *verbs.CQ) (int, error) {
 				peer = ep.qps[qi].peer
 			}
 			if peer >= 0 && c.gone[peer].Load() {
-				continue // it left; nothing more is owed to it
+				// It left, and its QP is gone: nothing more is owed
+				// to it, and the write counts as done (waitPoll).
+				if seq := wc.WRID & (1<<48 - 1); seq > ep.qps[qi].completed {
+					ep.qps[qi].completed = seq
+				}
+				continue
 			}
 			err := fmt.Errorf("%w: rank %d: RDMA write to rank %d over %s failed: %w", ErrPeerLost, c.rank, peer, ep.dev, wc.Err())
 			return 0, c.fail(err, true)
@@ -990,11 +998,23 @@ const pollAllEvery = 16
 
 // waitPoll waits until q has completions to reap (on endpoints with one
 // send CQ: any QP of the endpoint), and reaps them.
+//
+// The peer's departure does not end this wait: a peer that said bye
+// received what it needed, but the acknowledgements that complete our
+// writes travel on the data connection, apart from the bye, and may come
+// after it (a tcp peer's poll leaves an ACK for its reader to send within
+// transport/tcp appLease). The peer's transport keeps acknowledging
+// until every rank has said bye (Close), and once it is torn down our
+// writes to it complete in error, which pollCQ counts as done for a peer
+// that left; the timeout bounds the rest.
 func (c *Comm) waitPoll(q *qpState) error {
 	if len(c.owing) > 0 {
 		if err := c.payCredits(); err != nil {
 			return err
 		}
+	}
+	if testHookAckWait != nil {
+		testHookAckWait(c, q.peer)
 	}
 	ep := q.ep
 	start, deadline, done := c.waitLimits()
@@ -1003,8 +1023,11 @@ func (c *Comm) waitPoll(q *qpState) error {
 		if ep.sleepWait {
 			// The poll reads the socket, and yields when idle
 			// (waitWordPolling).
-			if err := c.pollWait(q, i, q.peer, done, start, deadline); err != nil || q.completed != was {
-				return c.stop(err, q.peer, q.completed != was)
+			if err := c.pollWait(q, i, q.peer, done, start, deadline); err != nil && err != errGone {
+				return err
+			}
+			if q.completed != was {
+				return nil
 			}
 			continue
 		}
@@ -1013,13 +1036,7 @@ func (c *Comm) waitPoll(q *qpState) error {
 			return err
 		}
 		if i&15 == 0 {
-			if err := c.checkWait(q.peer, done, start, deadline); err == errGone {
-				n, err := c.pollCQ(ep, q.cq)
-				if err != nil {
-					return err
-				}
-				return c.stop(errGone, q.peer, n > 0)
-			} else if err != nil {
+			if err := c.checkWait(q.peer, done, start, deadline); err != nil && err != errGone {
 				return err
 			}
 		}
@@ -1080,6 +1097,15 @@ func (c *Comm) stop(err error, peer int, arrived bool) error {
 // testHookCheckWait, when set (tests), runs at the start of every
 // checkWait.
 var testHookCheckWait func(c *Comm, peer int)
+
+// testHookAckWait, when set (tests), runs at the start of every waitPoll
+// (a wait for the completions of writes to peer); testHookPoll, when set,
+// runs before every poll of a completion queue, which finds nothing when
+// it returns true.
+var (
+	testHookAckWait func(c *Comm, peer int)
+	testHookPoll    func(c *Comm) bool
+)
 
 // backoff gives the CPU away as a wait grows: other goroutines first,
 // other processes after spinFor, short sleeps after a millisecond.
