@@ -292,6 +292,10 @@ func listenUDP(bind netip.AddrPort) (*net.UDPConn, syscall.RawConn, error) {
 }
 
 func newEndpoint(bind netip.AddrPort, mtu verbs.MTU) (*endpoint, error) {
+	busyPoll, err := busyPollFromEnv()
+	if err != nil {
+		return nil, err
+	}
 	fd, la, err := listenFD(bind)
 	if err != nil {
 		return nil, err
@@ -301,7 +305,7 @@ func newEndpoint(bind netip.AddrPort, mtu verbs.MTU) (*endpoint, error) {
 		sys.Close(fd)
 		return nil, fmt.Errorf("roce: %w", err)
 	}
-	ep := &endpoint{key: bind, fd: fd, efd: efd, local: la, mtu: mtu, wrap: testFilter, testCE: testMarkCE, busyPoll: busyPollFromEnv()}
+	ep := &endpoint{key: bind, fd: fd, efd: efd, local: la, mtu: mtu, wrap: testFilter, testCE: testMarkCE, busyPoll: busyPoll}
 	m := map[uint32]*qpDriver{}
 	ep.qps.Store(&m)
 	// Receive buffers hold a coalesced run (UDP_GRO) each.

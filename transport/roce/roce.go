@@ -48,18 +48,19 @@ const (
 // RDMAKIT_ROCE_BUSY_POLL is not set: the tcp transport's reader's default.
 const DefaultBusyPoll = 50 * time.Microsecond
 
-// busyPollFromEnv reads RDMAKIT_ROCE_BUSY_POLL (bad or negative values:
-// the default; at most a second).
-func busyPollFromEnv() time.Duration {
+// busyPollFromEnv reads RDMAKIT_ROCE_BUSY_POLL: unset is the default; a
+// value that is no duration from 0 to 1s is refused (the device does not
+// open), as RDMAKIT_TCP_BUSY_POLL is.
+func busyPollFromEnv() (time.Duration, error) {
 	s := os.Getenv(EnvBusyPoll)
 	if s == "" {
-		return DefaultBusyPoll
+		return DefaultBusyPoll, nil
 	}
 	d, err := time.ParseDuration(s) // "0" too
-	if err != nil || d < 0 {
-		return DefaultBusyPoll
+	if err != nil || d < 0 || d > time.Second {
+		return 0, fmt.Errorf("%w: %s=%q: want a duration from 0 (off) to 1s, such as 50us", verbs.ErrInvalidArgument, EnvBusyPoll, s)
 	}
-	return min(d, time.Second)
+	return d, nil
 }
 
 func init() { verbs.Register(soft.NewDriver(driver{})) }

@@ -1,7 +1,9 @@
 package roce
 
 import (
+	"errors"
 	"net"
+	"net/netip"
 	"testing"
 	"time"
 
@@ -18,13 +20,21 @@ func TestBusyPollFromEnv(t *testing.T) {
 		{"0s", 0},
 		{"20us", 20 * time.Microsecond},
 		{"1ms", time.Millisecond},
-		{"5s", time.Second},
-		{"-1us", DefaultBusyPoll},
-		{"fast", DefaultBusyPoll},
+		{"1s", time.Second},
 	} {
 		t.Setenv(EnvBusyPoll, c.env)
-		if got := busyPollFromEnv(); got != c.want {
-			t.Errorf("%s=%q: %v, want %v", EnvBusyPoll, c.env, got, c.want)
+		if got, err := busyPollFromEnv(); got != c.want || err != nil {
+			t.Errorf("%s=%q: %v, %v; want %v", EnvBusyPoll, c.env, got, err, c.want)
+		}
+	}
+	// Refused, and the device does not open: a typo is not the default.
+	for _, env := range []string{"5s", "-1us", "fast", "50"} {
+		t.Setenv(EnvBusyPoll, env)
+		if got, err := busyPollFromEnv(); !errors.Is(err, verbs.ErrInvalidArgument) {
+			t.Errorf("%s=%q: %v, %v; want ErrInvalidArgument", EnvBusyPoll, env, got, err)
+		}
+		if _, err := newEndpoint(netip.MustParseAddrPort("127.0.0.1:0"), verbs.MTU1024); !errors.Is(err, verbs.ErrInvalidArgument) {
+			t.Errorf("%s=%q: endpoint opened (%v)", EnvBusyPoll, env, err)
 		}
 	}
 }
@@ -37,7 +47,7 @@ func TestBusyPollWrites(t *testing.T) {
 		t.Run("busypoll="+bp, func(t *testing.T) {
 			t.Setenv(EnvBusyPoll, bp)
 			a, b := pair(t, 4<<20, verbs.MTU4096)
-			want := busyPollFromEnv()
+			want, _ := busyPollFromEnv()
 			for _, s := range []*side{a, b} {
 				if got := ctxOf(s.ctx).ep.busyPoll; got != want {
 					t.Fatalf("endpoint busyPoll %v, want %v", got, want)
