@@ -36,6 +36,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/rdmakit/rdmakit/verbs"
@@ -143,6 +144,7 @@ type iwConn struct {
 	done    chan struct{} // closed when established or failed
 	closed  bool
 	peerQPN uint32
+	redials int // new ids after a taken port (redial)
 }
 
 func newIWConn(q *qp) (*iwConn, error) {
@@ -288,7 +290,11 @@ func (w *iwConn) cmEvent(ev cmEvent) {
 			w.fail(fmt.Errorf("%w: rdma_resolve_route to %s: %v", ErrNoCM, w.peer.IP, err))
 		}
 	case cmRouteResolved:
-		if err := w.conn.connect(q.num, rd, init, pdata(q.num), false); err != nil {
+		err := w.conn.connect(q.num, rd, init, pdata(q.num), false)
+		if err != nil && w.redial(err) {
+			return
+		}
+		if err != nil {
 			w.fail(fmt.Errorf("%w: rdma_connect to %s:%d: %v", ErrNoCM, w.peer.IP, w.peer.CMPort, err))
 		}
 	case cmEstablished:
@@ -312,6 +318,37 @@ func (w *iwConn) cmEvent(ev cmEvent) {
 		w.fail(fmt.Errorf("%w: %s", ErrNoCM, cmEventName(ev.event)))
 	}
 }
+
+// redial starts the active side's connection over with a new rdma_cm id
+// after rdma_connect failed with err, when err says the id's port was
+// taken (mu held; returns whether it did). On iWARP the id's port, which
+// rdma_cm chose from its own port space, becomes the TCP connection's
+// source port, and a TCP socket of another program may hold it already:
+// siw's connect then fails with EADDRNOTAVAIL or EADDRINUSE (seen in the
+// guest, three ranks setting up at once). A new id gets another port.
+// Events are acknowledged before they are handled (rk_cm_get_event), so
+// the old id is destroyed here.
+func (w *iwConn) redial(err error) bool {
+	if w.closed || w.redials >= maxRedials || !errors.Is(err, syscall.EADDRNOTAVAIL) && !errors.Is(err, syscall.EADDRINUSE) {
+		return false
+	}
+	id, cerr := w.m.ch.createID(w.q.id)
+	if cerr != nil {
+		return false
+	}
+	if rerr := id.resolveAddr(w.ip, w.peer.IP, w.peer.CMPort, 5000); rerr != nil {
+		id.destroy()
+		return false
+	}
+	w.redials++
+	old := w.conn
+	w.conn = id
+	old.destroy()
+	return true
+}
+
+// maxRedials bounds redial per connection.
+const maxRedials = 3
 
 // adopt records that the QP was connected through a CMConn (DialCM,
 // ListenCM) instead of Address exchange: posting need not wait.
