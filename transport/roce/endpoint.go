@@ -160,6 +160,11 @@ type endpoint struct {
 	more    bool        // the last step's batch was full: the socket may hold more
 	didStep bool        // the last step handed a datagram to a QP
 	taken   int         // datagrams input handed to a QP in this step
+	// recvErrs counts the receives in a row that failed (step);
+	// recvBroken: maxRecvErrors of them, the socket is retried every
+	// idleWait (run) until one succeeds.
+	recvErrs   int
+	recvBroken atomic.Bool
 
 	// polls counts Progress calls; sleeping: a CQ waiter went to sleep
 	// since (Sleep). The progress goroutine waits for the socket only
@@ -521,6 +526,9 @@ func (ep *endpoint) run() {
 				backoff, flowing = true, false
 			}
 			continue
+		case ep.recvBroken.Load():
+			// A socket that keeps failing is always readable.
+			sys.WaitFD(-1, ep.efd, false, idleWait)
 		default:
 			sys.WaitFD(ep.fd, ep.efd, false, idleWait)
 		}
@@ -607,9 +615,20 @@ func (ep *endpoint) step(fd int) {
 		return
 	case err != nil:
 		// E.g. ECONNREFUSED from an ICMP error: nothing to do, but the
-		// socket may hold datagrams behind it.
-		ep.more = true
+		// socket may hold datagrams behind it. An error that persists
+		// (the socket broken) stops the stepping after maxRecvErrors in
+		// a row: the caller waits for the socket as when it is empty,
+		// rather than spin on it.
+		ep.recvErrs++
+		ep.more = ep.recvErrs < maxRecvErrors
+		if !ep.more {
+			ep.recvBroken.Store(true)
+		}
 		return
+	}
+	if ep.recvErrs > 0 {
+		ep.recvErrs = 0
+		ep.recvBroken.Store(false)
 	}
 	ep.more, ep.taken = n == sys.MaxBatch, 0
 	since := 0
@@ -644,6 +663,10 @@ func (ep *endpoint) step(fd int) {
 	// goroutine busy polling (run).
 	ep.didStep = ep.taken > 0
 }
+
+// maxRecvErrors is how many failed receives in a row step takes before it
+// stops asking to be called again.
+const maxRecvErrors = 64
 
 // counted adds n datagrams handled to the counters, once per settle
 // rather than per datagram (before the responses go, so a peer that sees

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net"
 	"net/netip"
+	"os"
 	"testing"
 	"time"
 
@@ -118,5 +119,35 @@ func TestJunkIsNotTraffic(t *testing.T) {
 		if ep.didStep {
 			t.Fatal("a step that received only junk reported traffic")
 		}
+	}
+}
+
+// A receive error that persists (here: the descriptor is no socket) does
+// not keep the device stepping: steps gives up after maxRecvErrors
+// failures in a row and marks the socket broken, which the progress
+// goroutine then retries every idleWait instead of waiting on it (a socket
+// in error is always readable).
+func TestRecvErrorDoesNotSpin(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	defer w.Close()
+	ep := &endpoint{fd: int(r.Fd())}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		ep.steps()
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		ep.closed.Store(true) // let the goroutine end
+		<-done
+		t.Fatal("steps kept stepping on a receive error that persists")
+	}
+	if !ep.recvBroken.Load() || ep.recvErrs != maxRecvErrors {
+		t.Fatalf("after steps: broken %v, %d errors in a row; want true, %d", ep.recvBroken.Load(), ep.recvErrs, maxRecvErrors)
 	}
 }
