@@ -51,12 +51,15 @@ func bound(t *testing.T, d time.Duration) {
 	t.Cleanup(func() { timer.Stop() })
 }
 
-// slack is the scheduling allowance added to time bounds.
+// slack is the scheduling allowance added to time bounds. The upper
+// bounds only tell a retry that ends from one that never does, so they are
+// generous: on a 2-core host running other test packages and builds, the
+// 134 ms stall of TestFault/stall-requests/send once took 1.93 s.
 func slack() time.Duration {
 	if raceEnabled {
-		return 3 * time.Second
+		return 6 * time.Second
 	}
-	return time.Second
+	return 3 * time.Second
 }
 
 // Helpers on the documented QP address layout.
