@@ -49,7 +49,7 @@ const hdMaxSteps = 32
 // halvingAllReduce is Rabenseifner's AllReduce, described above.
 func (c *Comm) halvingAllReduce(in, out mem, count int, dt DataType, op RedOp) error {
 	r, es := c.rank, dt.Size()
-	p2, rem, src := c.foldStart(in, out, count, es)
+	p2, rem, src := c.foldStart(in, out, count, es, true)
 	nr := r - rem
 	if r < 2*rem {
 		if r%2 == 1 {
