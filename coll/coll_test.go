@@ -76,9 +76,9 @@ func TestDirectRanks(t *testing.T) {
 // ranks, powers of two and not: odd sizes, sizes smaller than the rank
 // count, several chunks, in and out of place.
 func TestHalvingRanks(t *testing.T) {
-	ns := []int{4, 5, 6, 8}
+	ns := []int{2, 4, 5, 6, 8}
 	if testing.Short() {
-		ns = []int{4, 5}
+		ns = []int{2, 4, 5}
 	}
 	for _, n := range ns {
 		for _, tr := range []string{"shm", "tcp"} {

@@ -1,6 +1,7 @@
 package coll
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 )
@@ -87,6 +88,15 @@ func one(ctx context.Context, c *Comm, kind string, dt DataType, op RedOp, count
 		}
 		if err := c.AllReduce(ctx, send, recv, dt, op); err != nil {
 			return err
+		}
+		if !inPlace {
+			// The algorithms send from and reduce with send itself
+			// (foldStart): it must come back unchanged.
+			want := make([]byte, len(send))
+			fill(dt, op, want, r, 0)
+			if !bytes.Equal(send, want) {
+				return fmt.Errorf("allreduce changed its send buffer")
+			}
 		}
 		return diff("result", dt, recv, expect(dt, op, n, 0, count))
 	case "reducescatter":

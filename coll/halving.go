@@ -24,7 +24,9 @@ package coll
 // posting (tcp) goes out of the caller's memory without a staging copy
 // when that memory does not change before the peer has received it: the
 // halves sent while halving are overwritten only by the doubling steps,
-// whose data comes from the same partner after it received them. What the
+// whose data comes from the same partner after it received them (the
+// first step's come from the caller's input, which the call does not
+// change, and its partner is the last doubling step's). What the
 // doubling steps send is final (output) data the caller may change once
 // the call returns: the steps before the last send it straight and wait
 // for the writes at the end (long done by then), the last through
@@ -47,7 +49,7 @@ const hdMaxSteps = 32
 // halvingAllReduce is Rabenseifner's AllReduce, described above.
 func (c *Comm) halvingAllReduce(in, out mem, count int, dt DataType, op RedOp) error {
 	r, es := c.rank, dt.Size()
-	p2, rem := c.foldStart(in, out, count, es)
+	p2, rem, src := c.foldStart(in, out, count, es, true)
 	nr := r - rem
 	if r < 2*rem {
 		if r%2 == 1 {
@@ -86,9 +88,10 @@ func (c *Comm) halvingAllReduce(in, out mem, count int, dt DataType, op RedOp) e
 		if nr&mask != 0 {
 			sl, sh, kl, kh = l, mid, mid, h
 		}
-		if err := c.halvingStep(partner, out, sl, sh, kl, kh, dt, op); err != nil {
+		if err := c.halvingStep(partner, src, out, sl, sh, kl, kh, dt, op); err != nil {
 			return err
 		}
+		src = out
 		lo[k], hi[k] = l, h
 		k++
 		l, h = kl, kh
@@ -113,11 +116,14 @@ func (c *Comm) halvingAllReduce(in, out mem, count int, dt DataType, op RedOp) e
 	return nil
 }
 
-// halvingStep sends m[sl, sh) to partner and reduces what it sends of
-// [kl, kh) into m, a piece at a time, up to piecesPerStep pieces ahead.
-// The partner does the same with the halves swapped, so both ranges
-// have as many pieces or one fewer.
-func (c *Comm) halvingStep(partner int, m mem, sl, sh, kl, kh int, dt DataType, op RedOp) error {
+// halvingStep sends src[sl, sh) to partner and reduces what it sends of
+// [kl, kh) with src[kl, kh) into m, a piece at a time, up to
+// piecesPerStep pieces ahead. The partner does the same with the halves
+// swapped, so both ranges have as many pieces or one fewer. src is m, or
+// at the first step the caller's input (foldStart), which stays unchanged
+// until the partner has it: the partner sends the last doubling step's
+// data, which the call waits for, after it received this.
+func (c *Comm) halvingStep(partner int, src, m mem, sl, sh, kl, kh int, dt DataType, op RedOp) error {
 	es := dt.Size()
 	ce := c.chunkElems(es)
 	ns, nk := ceilDiv(sh-sl, ce), ceilDiv(kh-kl, ce)
@@ -126,13 +132,13 @@ func (c *Comm) halvingStep(partner int, m mem, sl, sh, kl, kh int, dt DataType, 
 		if j < ns {
 			st := sl + j*ce
 			// Unstaged: see the file's comment on sources.
-			if err := c.sendHeld(c.ch(partner, j), m, m.at(st, min(st+ce, sh), es)); err != nil {
+			if err := c.sendHeld(c.ch(partner, j), src, src.at(st, min(st+ce, sh), es)); err != nil {
 				return err
 			}
 		}
 		if i := j - ahead; i >= 0 && i < nk {
 			st := kl + i*ce
-			if err := c.reduceIn(c.ch(partner, i), m, st, min(st+ce, kh), dt, op); err != nil {
+			if err := c.reduceFrom(c.ch(partner, i), src, m, st, min(st+ce, kh), dt, op); err != nil {
 				return err
 			}
 		}
