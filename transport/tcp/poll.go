@@ -368,7 +368,8 @@ func (l *link) idleSpin() (int, error) {
 	n, err := 0, error(sys.ErrAgain)
 	if spinning.Add(1) <= maxSpinning {
 		l.setLowat(true) // the spin finds the input: no thread need wake for it
-		n, err = l.spin(l.room(headerLen), &p, l.spinFor())
+		d := l.spinFor()
+		n, err = l.spin(l.room(headerLen), &p, d, d != l.busyPoll)
 	}
 	spinning.Add(-1)
 	return n, err
@@ -382,7 +383,16 @@ func (l *link) idleSpin() (int, error) {
 // woken only when a processor is free of the pollers (rdmakit transfer
 // bench, 256 KiB Reads, 8 threads in one process, 2 shared cores).
 // Busy polls under a microsecond (coll's 1 ns: ranks that outnumber the
-// cores need the CPU back at once) are kept as they are.
+// cores need the CPU back at once) are kept as they are. The longer spin
+// yields to the process's other goroutines (runtime.Gosched), not the
+// thread to the system's (sched_yield): where the clients run in the
+// same process (kv bench: 8 clients and the store node, 2 cores) their
+// goroutines get the processor without a switch of threads, and a client
+// in another process is a peer of one link of at most NumCPU/2 spinning
+// (maxSpinning) for 20 µs. kv bench GET over tcp0, 256 KiB, 8 clients,
+// 2 shared cores, alternating with sched_yield (2026-12-01): see
+// docs/benchmarks.md, "tcp0: a passive reader's spin yields to
+// goroutines".
 func (l *link) spinFor() time.Duration {
 	if l.busyPoll >= unpolledSpin || l.busyPoll < time.Microsecond {
 		return l.busyPoll
