@@ -39,6 +39,7 @@ package tcp
 import (
 	"math"
 	"os"
+	"runtime"
 	"sync/atomic"
 	"time"
 
@@ -68,9 +69,32 @@ func (cd *ctxDriver) Progress(cq *soft.CQ) {
 		// None of the CQ's links had anything (one that did keeps the
 		// CPU). As the reader's busy poll does (reader.go): on a host
 		// with more busy threads than cores, the one this poll waits for
-		// may need this CPU.
-		sys.Yield()
+		// may need this CPU; with the transfer engine's busy poll, the
+		// goroutine it waits for may need this processor (goYield).
+		if cd.goYield() {
+			runtime.Gosched()
+		} else {
+			sys.Yield()
+		}
 	}
+}
+
+// goYield reports whether polls that find nothing yield to the process's
+// other goroutines (runtime.Gosched) rather than the thread to the
+// system's (sched_yield): with busy polls from 1 µs to unpolledSpin, the
+// transfer engine's (DefaultTCPBusyPoll there), whose processes run many
+// goroutines on few processors (a store node's links and its clients,
+// Batch.Wait's poller, the completion goroutines), so that what a poll
+// waits for is most often a goroutine of its own process: handing it the
+// processor costs no switch of threads. kv bench GET over tcp0, 256 KiB,
+// 8 clients, 2 shared cores, alternating: 101 against 109 µs of CPU and
+// 0.6 against 1.2 context switches per Get, 16.2-17.1k against
+// 14.6-15.1k GET/s (docs/benchmarks.md, "tcp0: pollers of the transfer
+// engine yield to goroutines"). Shorter busy polls (coll's 1 ns: ranks
+// that outnumber the cores) and longer ones (the perf tools' 50 µs
+// between two processes) keep sched_yield.
+func (cd *ctxDriver) goYield() bool {
+	return cd.busyPoll >= time.Microsecond && cd.busyPoll < unpolledSpin
 }
 
 // addPoller and removePoller keep the list Progress walks: the links whose
@@ -384,15 +408,12 @@ func (l *link) idleSpin() (int, error) {
 // bench, 256 KiB Reads, 8 threads in one process, 2 shared cores).
 // Busy polls under a microsecond (coll's 1 ns: ranks that outnumber the
 // cores need the CPU back at once) are kept as they are. The longer spin
-// yields to the process's other goroutines (runtime.Gosched), not the
-// thread to the system's (sched_yield): where the clients run in the
-// same process (kv bench: 8 clients and the store node, 2 cores) their
-// goroutines get the processor without a switch of threads, and a client
-// in another process is a peer of one link of at most NumCPU/2 spinning
-// (maxSpinning) for 20 µs. kv bench GET over tcp0, 256 KiB, 8 clients,
-// 2 shared cores, alternating with sched_yield (2026-12-01): see
-// docs/benchmarks.md, "tcp0: a passive reader's spin yields to
-// goroutines".
+// yields to the process's other goroutines (runtime.Gosched), as the
+// engine's pollers do (goYield), not the thread to the system's
+// (sched_yield): where the clients run in the same process (kv bench: 8
+// clients and the store node) their goroutines get the processor without
+// a switch of threads; a client in another process waits at most for
+// NumCPU/2 such spins (maxSpinning) of 20 µs.
 func (l *link) spinFor() time.Duration {
 	if l.busyPoll >= unpolledSpin || l.busyPoll < time.Microsecond {
 		return l.busyPoll
