@@ -234,7 +234,7 @@ func (l *link) spin(b []byte, polled *uint64, d time.Duration, goYield bool) (in
 			return 0, sys.ErrAgain
 		}
 		if goYield {
-			runtime.Gosched()
+			yieldGo()
 		} else {
 			sys.Yield()
 		}
