@@ -87,10 +87,11 @@ func (cd *ctxDriver) Progress(cq *soft.CQ) {
 // Batch.Wait's poller, the completion goroutines), so that what a poll
 // waits for is most often a goroutine of its own process: handing it the
 // processor costs no switch of threads. kv bench GET over tcp0, 256 KiB,
-// 8 clients, 2 shared cores, alternating: 101 against 109 µs of CPU and
-// 0.6 against 1.2 context switches per Get, 16.2-17.1k against
-// 14.6-15.1k GET/s (docs/benchmarks.md, "tcp0: pollers of the transfer
-// engine yield to goroutines"). Shorter busy polls (coll's 1 ns: ranks
+// 8 clients, 2 shared cores, alternating with sched_yield: a median 103
+// against 114 µs of CPU and 0.76 against 1.0 context switches per Get,
+// 3-12% more GET/s where the host was not taken by other work
+// (docs/benchmarks.md, "tcp0: pollers of the transfer engine yield to
+// goroutines"). Shorter busy polls (coll's 1 ns: ranks
 // that outnumber the cores) and longer ones (the perf tools' 50 µs
 // between two processes) keep sched_yield.
 func (cd *ctxDriver) goYield() bool {

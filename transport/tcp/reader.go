@@ -218,8 +218,8 @@ var (
 
 // spin polls for up to d, or until the application polls (polled
 // moves; with polled nil it is not watched), yielding after every empty
-// attempt: the thread (sys.Yield), or with goYield only the goroutine
-// (runtime.Gosched; idleSpin's spin on a link nobody polls). It returns
+// attempt: the thread (sys.Yield), or with goYield the goroutine first
+// (yieldGo; idleSpin's spin on a link nobody polls). It returns
 // what tryRead returned last: sys.ErrAgain when it read nothing.
 func (l *link) spin(b []byte, polled *uint64, d time.Duration, goYield bool) (int, error) {
 	deadline := time.Now().Add(d)
