@@ -142,14 +142,20 @@
 // next look, whichever is first. A poll that reads nothing yields the CPU
 // (sched_yield), as the reader's busy poll does: on a host with more busy
 // threads than cores
-// the thread it waits for may need it.
+// the thread it waits for may need it. With busy polls from 1 µs to 20 µs
+// (the transfer engine's) it yields to the process's other goroutines
+// first (runtime.Gosched), and the thread only when none ran (goYield,
+// yieldGo): there what a poll waits for is most often a goroutine of its
+// own process (a store node and its clients in one process, the
+// engine's waiters).
 //
 // When nobody polls, the reader busy-polls its socket for up to
 // TCPBusyPoll (SO_RCVLOWAT raised too) and then parks in Go's network
 // poller; for 20 µs instead where TCPBusyPoll is shorter, but at least
 // 1 µs (the transfer engine's 1 µs; not coll's 1 ns), and the link has not been polled for 6.4 ms (the passive
 // side of one-sided transfers, whose next request from several clients
-// comes within microseconds). With busy polling off (TCPBusyPoll 0: no poller ever runs) the
+// comes within microseconds; that spin yields as the engine's polls do).
+// With busy polling off (TCPBusyPoll 0: no poller ever runs) the
 // reader keeps the read side while it waits and reads in the wait itself
 // (one RawConn Read whose callback reads into its buffer): a message
 // arriving at an idle link costs a read that finds nothing, a park and

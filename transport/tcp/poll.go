@@ -39,6 +39,7 @@ package tcp
 import (
 	"math"
 	"os"
+	"runtime"
 	"sync/atomic"
 	"time"
 
@@ -68,10 +69,51 @@ func (cd *ctxDriver) Progress(cq *soft.CQ) {
 		// None of the CQ's links had anything (one that did keeps the
 		// CPU). As the reader's busy poll does (reader.go): on a host
 		// with more busy threads than cores, the one this poll waits for
-		// may need this CPU.
+		// may need this CPU; with the transfer engine's busy poll, the
+		// goroutine it waits for may need this processor (goYield).
+		if cd.goYield() {
+			yieldGo()
+		} else {
+			sys.Yield()
+		}
+	}
+}
+
+// goYield reports whether polls that find nothing yield to the process's
+// other goroutines (runtime.Gosched) rather than the thread to the
+// system's (sched_yield): with busy polls from 1 µs to unpolledSpin, the
+// transfer engine's (DefaultTCPBusyPoll there), whose processes run many
+// goroutines on few processors (a store node's links and its clients,
+// Batch.Wait's poller, the completion goroutines), so that what a poll
+// waits for is most often a goroutine of its own process: handing it the
+// processor costs no switch of threads. kv bench GET over tcp0, 256 KiB,
+// 8 clients, 2 shared cores, alternating with sched_yield: a median 103
+// against 114 µs of CPU and 0.76 against 1.0 context switches per Get,
+// 3-12% more GET/s where the host was not taken by other work
+// (docs/benchmarks.md, "tcp0: pollers of the transfer engine yield to
+// goroutines"). Shorter busy polls (coll's 1 ns: ranks
+// that outnumber the cores) and longer ones (the perf tools' 50 µs
+// between two processes) keep sched_yield.
+func (cd *ctxDriver) goYield() bool {
+	return cd.busyPoll >= time.Microsecond && cd.busyPoll < unpolledSpin
+}
+
+// yieldGo yields to the process's other goroutines and, when none ran
+// (runtime.Gosched came back within goYieldRan), the thread to the
+// system's: then what a poll waits for is another thread (of this
+// process, ready but without a core, or the peer process), which may
+// need this core (kv bench GET over tcp0, one client, on a loaded host:
+// pure runtime.Gosched spinning lost 10% against sched_yield).
+func yieldGo() {
+	t := time.Now()
+	runtime.Gosched()
+	if time.Since(t) < goYieldRan {
 		sys.Yield()
 	}
 }
+
+// goYieldRan: a runtime.Gosched that took less ran no other goroutine.
+const goYieldRan = 2 * time.Microsecond
 
 // addPoller and removePoller keep the list Progress walks: the links whose
 // connection is up (copy on write; Progress reads it without a lock).
@@ -368,7 +410,8 @@ func (l *link) idleSpin() (int, error) {
 	n, err := 0, error(sys.ErrAgain)
 	if spinning.Add(1) <= maxSpinning {
 		l.setLowat(true) // the spin finds the input: no thread need wake for it
-		n, err = l.spin(l.room(headerLen), &p, l.spinFor())
+		d := l.spinFor()
+		n, err = l.spin(l.room(headerLen), &p, d, d != l.busyPoll)
 	}
 	spinning.Add(-1)
 	return n, err
@@ -382,7 +425,13 @@ func (l *link) idleSpin() (int, error) {
 // woken only when a processor is free of the pollers (rdmakit transfer
 // bench, 256 KiB Reads, 8 threads in one process, 2 shared cores).
 // Busy polls under a microsecond (coll's 1 ns: ranks that outnumber the
-// cores need the CPU back at once) are kept as they are.
+// cores need the CPU back at once) are kept as they are. The longer spin
+// yields to the process's other goroutines (runtime.Gosched), as the
+// engine's pollers do (goYield), not the thread to the system's
+// (sched_yield): where the clients run in the same process (kv bench: 8
+// clients and the store node) their goroutines get the processor without
+// a switch of threads; a client in another process waits at most for
+// NumCPU/2 such spins (maxSpinning) of 20 µs.
 func (l *link) spinFor() time.Duration {
 	if l.busyPoll >= unpolledSpin || l.busyPoll < time.Microsecond {
 		return l.busyPoll

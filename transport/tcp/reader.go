@@ -186,7 +186,7 @@ func (l *link) read(b []byte) (int, error) {
 	if l.busyPoll > 0 {
 		n, err, ok := 0, sys.ErrAgain, spinning.Add(1) <= maxSpinning
 		if ok {
-			n, err = l.spin(b, nil, l.busyPoll)
+			n, err = l.spin(b, nil, l.busyPoll, false)
 		}
 		spinning.Add(-1)
 		if err != sys.ErrAgain {
@@ -217,9 +217,11 @@ var (
 )
 
 // spin polls for up to d, or until the application polls (polled
-// moves; with polled nil it is not watched). It returns what tryRead
-// returned last: sys.ErrAgain when it read nothing.
-func (l *link) spin(b []byte, polled *uint64, d time.Duration) (int, error) {
+// moves; with polled nil it is not watched), yielding after every empty
+// attempt: the thread (sys.Yield), or with goYield the goroutine first
+// (yieldGo; idleSpin's spin on a link nobody polls). It returns
+// what tryRead returned last: sys.ErrAgain when it read nothing.
+func (l *link) spin(b []byte, polled *uint64, d time.Duration, goYield bool) (int, error) {
 	deadline := time.Now().Add(d)
 	for i := 1; ; i++ {
 		if n, err := l.tryRead(b); err != sys.ErrAgain {
@@ -231,7 +233,11 @@ func (l *link) spin(b []byte, polled *uint64, d time.Duration) (int, error) {
 		if i%clockEvery == 0 && !time.Now().Before(deadline) {
 			return 0, sys.ErrAgain
 		}
-		sys.Yield()
+		if goYield {
+			yieldGo()
+		} else {
+			sys.Yield()
+		}
 	}
 }
 
