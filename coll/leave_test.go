@@ -2,6 +2,7 @@ package coll
 
 import (
 	"context"
+	"errors"
 	"encoding/binary"
 	"strconv"
 	"sync"
@@ -133,4 +134,53 @@ func TestAckAfterLeave(t *testing.T) {
 	if !held.Load() || !checked.Load() {
 		t.Fatalf("rank 0 was not held in its wait for the write's completion (held %v, checked %v)", held.Load(), checked.Load())
 	}
+}
+
+// TestNoAckAfterLeave: completions that never come once the peer has left
+// (its transport stopped first) do not hold the waiting rank for the whole
+// timeout: it fails with ErrPeerLost ackAfterBye after it saw the bye.
+// Rank 0's completion queue looks empty from the peer's departure on.
+func TestNoAckAfterLeave(t *testing.T) {
+	var once sync.Once
+	var hide atomic.Bool
+	old := ackAfterBye
+	ackAfterBye = 100 * time.Millisecond
+	testHookAckWait = func(c *Comm, peer int) {
+		if c.rank != 0 || peer != 1 {
+			return
+		}
+		once.Do(func() {
+			for end := time.Now().Add(10 * time.Second); !c.gone[1].Load(); {
+				if time.Now().After(end) {
+					t.Errorf("rank 1 did not leave")
+					return
+				}
+				time.Sleep(time.Millisecond)
+			}
+			hide.Store(true)
+		})
+	}
+	testHookPoll = func(c *Comm) bool { return c.rank == 0 && hide.Load() }
+	defer func() { testHookAckWait, testHookPoll, ackAfterBye = nil, nil, old }()
+	var took time.Duration
+	errs := runRanks(t, 2, Options{Transport: "tcp", Timeout: time.Minute}, func(c *Comm) error {
+		buf := make([]byte, 4*stageMax)
+		if c.rank == 1 {
+			return c.Recv(context.Background(), buf, Int8, 0)
+		}
+		start := time.Now()
+		err := c.Send(context.Background(), buf, Int8, 1)
+		took = time.Since(start)
+		return err
+	})
+	if errs[1] != nil {
+		t.Errorf("rank 1: %v", errs[1])
+	}
+	if !hide.Load() {
+		t.Fatal("rank 0 was not held in its wait for the write's completion")
+	}
+	if !errors.Is(errs[0], ErrPeerLost) {
+		t.Fatalf("rank 0: %v after %v; want ErrPeerLost", errs[0], took)
+	}
+	t.Logf("rank 0: %v after %v", errs[0], took.Round(time.Millisecond))
 }

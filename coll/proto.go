@@ -1006,7 +1006,9 @@ const pollAllEvery = 16
 // transport/tcp appLease). The peer's transport keeps acknowledging
 // until every rank has said bye (Close), and once it is torn down our
 // writes to it complete in error, which pollCQ counts as done for a peer
-// that left; the timeout bounds the rest.
+// that left. The call's timeout and context bound the wait as ever, and
+// so does ackAfterBye from when the departure was seen: then the
+// communicator fails with ErrPeerLost, as it did at once before.
 func (c *Comm) waitPoll(q *qpState) error {
 	if len(c.owing) > 0 {
 		if err := c.payCredits(); err != nil {
@@ -1019,11 +1021,23 @@ func (c *Comm) waitPoll(q *qpState) error {
 	ep := q.ep
 	start, deadline, done := c.waitLimits()
 	was := q.completed
+	var left time.Time // when the peer's departure was seen
+	gone := func(err error) error {
+		if err != errGone {
+			return err
+		}
+		if left.IsZero() {
+			left = time.Now()
+		} else if time.Since(left) > ackAfterBye {
+			return c.stop(errGone, q.peer, q.completed != was)
+		}
+		return nil
+	}
 	for i := 1; ; i++ {
 		if ep.sleepWait {
 			// The poll reads the socket, and yields when idle
 			// (waitWordPolling).
-			if err := c.pollWait(q, i, q.peer, done, start, deadline); err != nil && err != errGone {
+			if err := gone(c.pollWait(q, i, q.peer, done, start, deadline)); err != nil {
 				return err
 			}
 			if q.completed != was {
@@ -1036,13 +1050,19 @@ func (c *Comm) waitPoll(q *qpState) error {
 			return err
 		}
 		if i&15 == 0 {
-			if err := c.checkWait(q.peer, done, start, deadline); err != nil && err != errGone {
+			if err := gone(c.checkWait(q.peer, done, start, deadline)); err != nil {
 				return err
 			}
 		}
 		c.backoff(start)
 	}
 }
+
+// ackAfterBye bounds how long waitPoll waits for completions once the
+// peer has said bye: it acknowledges at once or within the tcp transport's
+// lease (transport/tcp appLease, 200 µs), so this is for a peer whose
+// transport stopped first (a variable for tests).
+var ackAfterBye = settleWait
 
 // checkWait reports why waiting must stop, if it must: errGone if peer
 // has left, which the waiter hands to stop after one more look.
@@ -1052,9 +1072,6 @@ func (c *Comm) checkWait(peer int, done <-chan struct{}, start, deadline time.Ti
 	}
 	if testHookCheckWait != nil {
 		testHookCheckWait(c, peer)
-	}
-	if peer >= 0 && c.gone[peer].Load() {
-		return errGone
 	}
 	if now := time.Now(); now.After(deadline) {
 		who := "any peer"
@@ -1069,6 +1086,9 @@ func (c *Comm) checkWait(peer int, done <-chan struct{}, start, deadline time.Ti
 			return c.fail(fmt.Errorf("%w: rank %d in %s: %w", ErrAborted, c.rank, c.op.desc(), c.op.ctx.Err()), true)
 		default:
 		}
+	}
+	if peer >= 0 && c.gone[peer].Load() {
+		return errGone // after the deadline and the context: waitPoll goes on
 	}
 	return nil
 }

@@ -286,17 +286,28 @@ func (w *iwConn) cmEvent(ev cmEvent) {
 			w.fail(fmt.Errorf("%w: rdma_accept: %v", ErrNoCM, err))
 		}
 	case cmAddrResolved:
+		if w.conn == nil {
+			return // reset or closed meanwhile
+		}
 		if err := w.conn.resolveRoute(5000); err != nil {
 			w.fail(fmt.Errorf("%w: rdma_resolve_route to %s: %v", ErrNoCM, w.peer.IP, err))
 		}
 	case cmRouteResolved:
+		if w.conn == nil {
+			return // reset or closed meanwhile
+		}
 		err := w.conn.connect(q.num, rd, init, pdata(q.num), false)
-		if err != nil && w.redial(err) {
+		if err == nil {
 			return
 		}
-		if err != nil {
-			w.fail(fmt.Errorf("%w: rdma_connect to %s:%d: %v", ErrNoCM, w.peer.IP, w.peer.CMPort, err))
+		again, rerr := w.redial(err)
+		if again {
+			return
 		}
+		if rerr != nil {
+			err = fmt.Errorf("%v (and starting over with a new id: %v)", err, rerr)
+		}
+		w.fail(fmt.Errorf("%w: rdma_connect to %s:%d: %v", ErrNoCM, w.peer.IP, w.peer.CMPort, err))
 	case cmEstablished:
 		if !w.estab && w.err == nil {
 			w.estab = true
@@ -321,30 +332,33 @@ func (w *iwConn) cmEvent(ev cmEvent) {
 
 // redial starts the active side's connection over with a new rdma_cm id
 // after rdma_connect failed with err, when err says the id's port was
-// taken (mu held; returns whether it did). On iWARP the id's port, which
-// rdma_cm chose from its own port space, becomes the TCP connection's
-// source port, and a TCP socket of another program may hold it already:
-// siw's connect then fails with EADDRNOTAVAIL or EADDRINUSE (seen in the
-// guest, three ranks setting up at once). A new id gets another port.
-// Events are acknowledged before they are handled (rk_cm_get_event), so
-// the old id is destroyed here.
-func (w *iwConn) redial(err error) bool {
+// taken (mu held): again reports that it did, rerr why starting over
+// failed. On iWARP the id's port, which rdma_cm chose from its own port
+// space, becomes the TCP connection's source port, and a TCP socket of
+// another program may hold it already: siw's connect then fails with
+// EADDRNOTAVAIL or EADDRINUSE (seen in the guest, three ranks setting up
+// at once). A new id gets another port. Events are acknowledged before
+// they are handled (rk_cm_get_event), so the old id is destroyed here;
+// disconnect holds mu too. Only a synchronous rdma_connect error starts
+// over: the same errno in a later CONNECT_ERROR event fails the
+// connection.
+func (w *iwConn) redial(err error) (again bool, rerr error) {
 	if w.closed || w.redials >= maxRedials || !errors.Is(err, syscall.EADDRNOTAVAIL) && !errors.Is(err, syscall.EADDRINUSE) {
-		return false
+		return false, nil
 	}
-	id, cerr := w.m.ch.createID(w.q.id)
-	if cerr != nil {
-		return false
+	id, err := w.m.ch.createID(w.q.id)
+	if err != nil {
+		return false, err
 	}
-	if rerr := id.resolveAddr(w.ip, w.peer.IP, w.peer.CMPort, 5000); rerr != nil {
+	if err := id.resolveAddr(w.ip, w.peer.IP, w.peer.CMPort, 5000); err != nil {
 		id.destroy()
-		return false
+		return false, fmt.Errorf("rdma_resolve_addr: %v", err)
 	}
 	w.redials++
 	old := w.conn
 	w.conn = id
 	old.destroy()
-	return true
+	return true, nil
 }
 
 // maxRedials bounds redial per connection.
@@ -365,7 +379,7 @@ func (w *iwConn) adopt() {
 func (w *iwConn) reset() {
 	w.mu.Lock()
 	c := w.conn
-	w.conn, w.started, w.active, w.estab, w.err = nil, false, false, false, nil
+	w.conn, w.started, w.active, w.estab, w.err, w.redials = nil, false, false, false, nil, 0
 	w.done = make(chan struct{})
 	w.mu.Unlock()
 	if c != nil {
@@ -374,12 +388,13 @@ func (w *iwConn) reset() {
 	}
 }
 
+// disconnect runs under mu: the event goroutine may replace and destroy
+// the active id meanwhile (redial).
 func (w *iwConn) disconnect() {
 	w.mu.Lock()
-	c := w.conn
-	w.mu.Unlock()
-	if c != nil {
-		c.disconnect()
+	defer w.mu.Unlock()
+	if w.conn != nil {
+		w.conn.disconnect()
 	}
 }
 
