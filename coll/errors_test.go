@@ -168,6 +168,8 @@ func TestArguments(t *testing.T) {
 		b := make([]byte, 12)
 		for _, err := range []error{
 			c.AllReduce(ctx, b, b[:8], Int32, Sum),
+			c.AllReduce(ctx, b[:8], b[4:], Int32, Sum), // overlapping, not in place
+			c.AllReduce(ctx, b[4:], b[:8], Int32, Sum),
 			c.AllReduce(ctx, b, b, Float64, Sum),
 			c.AllReduce(ctx, b, b, DataType(99), Sum),
 			c.AllReduce(ctx, b, b, Int32, RedOp(9)),

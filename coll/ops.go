@@ -8,6 +8,8 @@ package coll
 import (
 	"context"
 	"fmt"
+
+	"github.com/rdmakit/rdmakit/internal/sys"
 )
 
 // Operation kinds, part of the signature.
@@ -188,6 +190,16 @@ func (c *Comm) inOut(send, recv []byte, off int, recvInSend bool) (in, out mem, 
 	return m.sub(off, len(send)), m, true, nil
 }
 
+// partlyOverlap reports whether a and b share memory without starting at
+// the same address (the algorithms read send while they write recv).
+func partlyOverlap(a, b []byte) bool {
+	if len(a) == 0 || len(b) == 0 {
+		return false
+	}
+	x, y := sys.Addr(a), sys.Addr(b)
+	return x != y && x < y+uintptr(len(b)) && y < x+uintptr(len(a))
+}
+
 func (c *Comm) checkTypes(dt DataType, op RedOp) error {
 	if !dt.valid() {
 		return fmt.Errorf("%w: data type %d", ErrInvalidArgument, dt)
@@ -207,7 +219,7 @@ func (c *Comm) checkRoot(root int) error {
 
 // AllReduce reduces send across all ranks with op and leaves the result in
 // recv on every rank. send and recv have the same length; they may be the
-// same buffer (in place).
+// same buffer (in place), but not overlap otherwise (ErrInvalidArgument).
 func (c *Comm) AllReduce(ctx context.Context, send, recv []byte, dt DataType, op RedOp) error {
 	if err := c.checkTypes(dt, op); err != nil {
 		return err
@@ -217,6 +229,9 @@ func (c *Comm) AllReduce(ctx context.Context, send, recv []byte, dt DataType, op
 	}
 	if err := c.checkLen("recv", recv, dt, len(send)); err != nil {
 		return err
+	}
+	if partlyOverlap(send, recv) {
+		return fmt.Errorf("%w: send and recv overlap without being the same buffer", ErrInvalidArgument)
 	}
 	count := len(send) / dt.Size()
 	k := call{kind: kAllReduce, dt: dt, op: op, count: count, root: -1, algo: c.pickAlgo(kAllReduce, len(send)), direct: c.direct(len(send))}

@@ -111,7 +111,9 @@ func (cd *ctxDriver) goYield() bool {
 // system's: then what a poll waits for is another thread (of this
 // process, ready but without a core, or the peer process), which may
 // need this core (kv bench GET over tcp0, one client, on a loaded host:
-// pure runtime.Gosched spinning lost 10% against sched_yield).
+// pure runtime.Gosched spinning lost 10% against sched_yield). The
+// thread's yield here is sys.Yield, as measured; Progress's other branch
+// moved to sys.RawYield after it, for coll (not measured with the engine).
 func yieldGo() {
 	t := time.Now()
 	runtime.Gosched()
