@@ -10,7 +10,9 @@
 #
 # VARIANT is NAME=BINARY[:K=V,K=V...] (rdmakit coll-perf with those
 # environment variables) or NAME=mpi (bench/src/mpi_coll_bench.c under
-# mpirun, btl tcp,self on lo). COLL: allreduce, allgather, reduce_scatter.
+# mpirun: btl tcp,self on lo, or with TRANSPORT=shm vader,self (shared
+# memory) and --bind-to none, as rdmakit's ranks here). COLL: allreduce,
+# allgather, reduce_scatter.
 # Each trial runs every variant once, in the order given; the output is,
 # per variant, the time per call (µs, maximum over ranks) of every trial,
 # sorted. rdmakit runs over tcp (TRANSPORT=shm for shm), not pinned.
@@ -32,11 +34,13 @@ for v in "$@"; do
   if [ "${v#*=}" = mpi ] && [ ! -x "$MPIBENCH" ]; then mpicc -O2 -o "$MPIBENCH" bench/src/mpi_coll_bench.c; fi
 done
 declare -A res
+mpiopt=(--mca btl tcp,self)
+[ "$TRANSPORT" = shm ] && mpiopt=(--bind-to none --mca btl vader,self)
 for _ in $(seq "$T"); do
   for v in "$@"; do
     name=${v%%=*} spec=${v#*=} x=
     if [ "$spec" = mpi ]; then
-      x=$(timeout 300 mpirun --allow-run-as-root --oversubscribe -np "$R" --mca oob_tcp_if_include lo --mca pml ob1 --mca btl tcp,self \
+      x=$(timeout 300 mpirun --allow-run-as-root --oversubscribe -np "$R" --mca oob_tcp_if_include lo --mca pml ob1 "${mpiopt[@]}" \
         --mca btl_tcp_if_include lo "$MPIBENCH" "$COLL" "$SIZE" $it $w 2>/dev/null | awk '{print $4}') || true
     else
       bin=${spec%%:*} envs=${spec#*:}
