@@ -15,13 +15,16 @@
 # allgather, reduce_scatter.
 # Each trial runs every variant once, in the order given; the output is,
 # per variant, the time per call (µs, maximum over ranks) of every trial,
-# sorted. rdmakit runs over tcp (TRANSPORT=shm for shm), not pinned.
+# sorted. rdmakit runs over tcp (TRANSPORT=shm for shm), not pinned
+# (BIND=core: rdmakit's ranks with RDMAKIT_COLL_BIND=core, round robin
+# where they outnumber the CPUs, and Open MPI's on shm likewise).
 # Iterations as bench/coll-vs-mpi.sh (at most 500 from 8 ranks).
 set -euo pipefail
 [ $# -ge 5 ] || { sed -n '2,17p' "$0"; exit 2; }
 R=$1 COLL=$2 SIZE=$3 T=$4
 shift 4
 TRANSPORT=${TRANSPORT:-tcp}
+BIND=${BIND:-none}
 cd "$(dirname "$0")/.."
 MPIBENCH=${MPIBENCH:-/tmp/coll-ab-mpi_coll_bench}
 it=$((268435456 / SIZE))
@@ -36,6 +39,7 @@ done
 declare -A res
 mpiopt=(--mca btl tcp,self)
 [ "$TRANSPORT" = shm ] && mpiopt=(--bind-to none --mca btl vader,self)
+[ "$TRANSPORT" = shm ] && [ "$BIND" = core ] && mpiopt=(--map-by core:oversubscribe --bind-to core:overload-allowed --mca btl vader,self)
 for _ in $(seq "$T"); do
   for v in "$@"; do
     name=${v%%=*} spec=${v#*=} x=
@@ -46,7 +50,7 @@ for _ in $(seq "$T"); do
       bin=${spec%%:*} envs=${spec#*:}
       [ "$envs" = "$spec" ] && envs=
       # shellcheck disable=SC2086 # envs is a list of K=V words
-      x=$(env RDMAKIT_COLL_BIND=none ${envs//,/ } timeout 300 "$bin" coll-perf $pn -b "$SIZE" -e "$SIZE" -n $it -w $w -c 0 -a 3 \
+      x=$(env RDMAKIT_COLL_BIND="$BIND" ${envs//,/ } timeout 300 "$bin" coll-perf $pn -b "$SIZE" -e "$SIZE" -n $it -w $w -c 0 -a 3 \
         --ranks "$R" --transport "$TRANSPORT" 2>/dev/null | awk '!/^#/ && NF >= 12 {print $6; exit}') || true
     fi
     res[$name]="${res[$name]:-} $x"
