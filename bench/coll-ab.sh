@@ -10,16 +10,21 @@
 #
 # VARIANT is NAME=BINARY[:K=V,K=V...] (rdmakit coll-perf with those
 # environment variables) or NAME=mpi (bench/src/mpi_coll_bench.c under
-# mpirun, btl tcp,self on lo). COLL: allreduce, allgather, reduce_scatter.
+# mpirun: btl tcp,self on lo, or with TRANSPORT=shm vader,self (shared
+# memory) and --bind-to none, as rdmakit's ranks here). COLL: allreduce,
+# allgather, reduce_scatter.
 # Each trial runs every variant once, in the order given; the output is,
 # per variant, the time per call (µs, maximum over ranks) of every trial,
-# sorted. rdmakit runs over tcp (TRANSPORT=shm for shm), not pinned.
+# sorted. rdmakit runs over tcp (TRANSPORT=shm for shm), not pinned
+# (BIND=core: rdmakit's ranks with RDMAKIT_COLL_BIND=core, round robin
+# where they outnumber the CPUs, and Open MPI's on shm likewise).
 # Iterations as bench/coll-vs-mpi.sh (at most 500 from 8 ranks).
 set -euo pipefail
 [ $# -ge 5 ] || { sed -n '2,17p' "$0"; exit 2; }
 R=$1 COLL=$2 SIZE=$3 T=$4
 shift 4
 TRANSPORT=${TRANSPORT:-tcp}
+BIND=${BIND:-none}
 cd "$(dirname "$0")/.."
 MPIBENCH=${MPIBENCH:-/tmp/coll-ab-mpi_coll_bench}
 it=$((268435456 / SIZE))
@@ -32,17 +37,20 @@ for v in "$@"; do
   if [ "${v#*=}" = mpi ] && [ ! -x "$MPIBENCH" ]; then mpicc -O2 -o "$MPIBENCH" bench/src/mpi_coll_bench.c; fi
 done
 declare -A res
+mpiopt=(--mca btl tcp,self)
+[ "$TRANSPORT" = shm ] && mpiopt=(--bind-to none --mca btl vader,self)
+[ "$TRANSPORT" = shm ] && [ "$BIND" = core ] && mpiopt=(--map-by core:oversubscribe --bind-to core:overload-allowed --mca btl vader,self)
 for _ in $(seq "$T"); do
   for v in "$@"; do
     name=${v%%=*} spec=${v#*=} x=
     if [ "$spec" = mpi ]; then
-      x=$(timeout 300 mpirun --allow-run-as-root --oversubscribe -np "$R" --mca oob_tcp_if_include lo --mca pml ob1 --mca btl tcp,self \
+      x=$(timeout 300 mpirun --allow-run-as-root --oversubscribe -np "$R" --mca oob_tcp_if_include lo --mca pml ob1 "${mpiopt[@]}" \
         --mca btl_tcp_if_include lo "$MPIBENCH" "$COLL" "$SIZE" $it $w 2>/dev/null | awk '{print $4}') || true
     else
       bin=${spec%%:*} envs=${spec#*:}
       [ "$envs" = "$spec" ] && envs=
       # shellcheck disable=SC2086 # envs is a list of K=V words
-      x=$(env RDMAKIT_COLL_BIND=none ${envs//,/ } timeout 300 "$bin" coll-perf $pn -b "$SIZE" -e "$SIZE" -n $it -w $w -c 0 -a 3 \
+      x=$(env RDMAKIT_COLL_BIND="$BIND" ${envs//,/ } timeout 300 "$bin" coll-perf $pn -b "$SIZE" -e "$SIZE" -n $it -w $w -c 0 -a 3 \
         --ranks "$R" --transport "$TRANSPORT" 2>/dev/null | awk '!/^#/ && NF >= 12 {print $6; exit}') || true
     fi
     res[$name]="${res[$name]:-} $x"

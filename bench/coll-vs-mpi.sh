@@ -23,9 +23,11 @@
 # of every tool), RDMAKIT_ENV ("K=V ...", put into rdmakit's environment,
 # e.g. RDMAKIT_COLL_ALGO=ring to compare algorithms), BIND (core: the
 # ranks of rdmakit-shm are pinned to cores, and mpi-sm's with --bind-to
-# core (Open MPI's own default binds to cores only up to 2 ranks); neither
-# when the ranks outnumber the CPUs; none: placement left to the OS for
-# both (--bind-to none); rdmakit-tcp is not pinned, its
+# core (Open MPI's own default binds to cores only up to 2 ranks); ranks
+# that outnumber the CPUs round robin on both sides (rdmakit's k-th rank
+# on CPU k mod the CPUs; Open MPI --map-by core:oversubscribe --bind-to
+# core:overload-allowed); none: placement left to the OS for both
+# (--bind-to none); rdmakit-tcp is not pinned, its
 # transport's reader goroutines need room; RDMAKIT_ENV may override it),
 # RAW_IN (make the tables from an earlier run's raw.tsv instead of
 # measuring), RDMAKIT_BIN (run that rdmakit binary instead of building
@@ -118,10 +120,12 @@ run_one() {
   mpi-sm)
     [ $HAVE_MPI = yes ] || return 0
     # Pinned as rdmakit's shm ranks are (BIND): Open MPI's own default
-    # binds to cores only up to 2 ranks (to sockets above).
-    local mbind=none
-    [ "$BIND" = core ] && [ "$RANKS" -le "$(nproc)" ] && mbind=core
-    line=$(timeout 300 mpirun --allow-run-as-root --oversubscribe -np "$RANKS" --bind-to "$mbind" --mca oob_tcp_if_include lo --mca pml ob1 --mca btl vader,self \
+    # binds to cores only up to 2 ranks (to sockets above); ranks that
+    # outnumber the CPUs round robin, as rdmakit's.
+    local mbind=(--bind-to none)
+    [ "$BIND" = core ] && mbind=(--bind-to core)
+    [ "$BIND" = core ] && [ "$RANKS" -gt "$(nproc)" ] && mbind=(--map-by core:oversubscribe --bind-to core:overload-allowed)
+    line=$(timeout 300 mpirun --allow-run-as-root --oversubscribe -np "$RANKS" "${mbind[@]}" --mca oob_tcp_if_include lo --mca pml ob1 --mca btl vader,self \
       "$OUT/mpi_coll_bench" "$coll" "$size" "$it" "$w" 2>>"$OUT/errors.log" | awk '{print $4}') || true ;;
   mpi-tcp)
     [ $HAVE_MPI = yes ] || return 0
@@ -231,7 +235,7 @@ HEADING="Collectives vs Open MPI and Gloo"
   echo "time per call = maximum over ranks. Ratios divide rdmakit's busbw by the peer's on the same path"
   echo "(shm: Open MPI vader; tcp: Open MPI btl tcp and Gloo tcp, all on loopback); above 1× rdmakit is faster."
   echo "rdmakit: \`rdmakit coll-perf … -a 3 --ranks $RANKS --transport shm|tcp\`${RDMAKIT_ENV:+ with $RDMAKIT_ENV}, shm ranks with RDMAKIT_COLL_BIND=$BIND"
-  echo "(core: pinned, and Open MPI's sm ranks with --bind-to core; neither pins ranks that outnumber the CPUs; default options: auto algorithm, 2 channels and 256 KiB chunks on shm, 1 channel and 256 KiB chunks over tcp);"
+  echo "(core: pinned, and Open MPI's sm ranks with --bind-to core; ranks that outnumber the CPUs round robin on both sides; default options: auto algorithm, 2 channels and 256 KiB chunks on shm, 1 channel and 256 KiB chunks over tcp);"
   echo "Open MPI: \`bench/src/mpi_coll_bench.c\` (MPI_Allreduce, MPI_Allgather, MPI_Reduce_scatter_block); Gloo: \`bench/src/gloo_coll_bench.cc\`"
   echo "(AllreduceRing, allgather, ReduceScatterHalvingDoubling)."
   [ -n "$GLOO_NOTE" ] && { echo; echo "$GLOO_NOTE"; }

@@ -38,6 +38,7 @@ type Comm struct {
 	anyTCP       bool // some pair of ranks talks over tcp (decided in setup)
 	spinFor      time.Duration
 	spinFirst    int  // polls before a wait looks at the clock (proto.go)
+	yieldEach    bool // a wait yields the CPU at every poll between looks (oversubscribed; proto.go spinOversub)
 	lookMask     int  // a long wait looks (clock, context, peers, yield) every lookMask+1 polls
 	oneP         bool // GOMAXPROCS was 1 when the communicator was made, or bind made it 1 (see Comm.backoff)
 	bound        bool // bind pinned the process to one CPU
@@ -178,7 +179,7 @@ func newComm(ctx context.Context, addr string, nonce uint64, nranks, rank int, o
 	c.spinFor, c.spinFirst, c.lookMask = 10*time.Microsecond, spinFirst, lookEvery-1
 	if c.local > runtime.NumCPU() {
 		// Oversubscribed: let the others run.
-		c.spinFor, c.spinFirst, c.lookMask = 0, spinOversub, lookOversub-1
+		c.spinFor, c.spinFirst, c.lookMask, c.yieldEach = 0, spinOversub, lookOversub-1, true
 	}
 	err = c.bind()
 	if err == nil {
@@ -207,6 +208,9 @@ func newComm(ctx context.Context, addr string, nonce uint64, nranks, rank int, o
 	if d, err := envDuration(EnvSpin, c.spinFor); err == nil {
 		c.spinFor = d
 	}
+	if c.spinFor > 0 {
+		c.yieldEach = false // asked to spin first (RDMAKIT_COLL_SPIN)
+	}
 	go c.watch()
 	if c.bound {
 		c.settleRuntime()
@@ -215,9 +219,20 @@ func newComm(ctx context.Context, addr string, nonce uint64, nranks, rank int, o
 }
 
 // bind pins the process to a core (Options.Bind "core"): the k-th rank of
-// this host to the k-th CPU, unless the host's ranks outnumber its CPUs.
+// this host to the k-th CPU, round robin (k mod the CPUs) where the host's
+// ranks outnumber its CPUs. Left to the OS, ranks that outnumber the cores
+// and poll with yields often end up unevenly spread (three on one CPU, one
+// on the other, for tens of milliseconds: every rank that runs a spinning
+// or yielding loop looks busy and cache-hot to the load balancer), and a
+// collective then waits for three scheduler rounds on one CPU instead of
+// two on each; pinned round robin, each CPU has its share. 4 ranks on 2
+// CPUs, AllReduce 8 B, µs per call, 15 alternating launches: unpinned
+// 4.33-8.02 (median 6.57: the uneven spread in 10 of 15), pinned
+// 3.92-4.16 in 12 of 15 (median 4.09); Open MPI sm 5.21 unpinned, 3.68
+// pinned (--bind-to core:overload-allowed). docs/benchmarks.md, "Small
+// collectives on shm with ranks outnumbering cores".
 func (c *Comm) bind() error {
-	if c.opts.Bind != "core" || c.local > runtime.NumCPU() {
+	if c.opts.Bind != "core" {
 		return nil
 	}
 	k := 0 // ranks of this host before us

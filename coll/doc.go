@@ -119,7 +119,7 @@
 //
 // Collectives run in the calling goroutine and allocate nothing per call
 // once warm. They wait for shm and RDMA peers by spinning (yielding the
-// CPU as waits grow, after a few polls when ranks outnumber cores) and
+// CPU as waits grow, at every poll when ranks outnumber cores) and
 // for tcp peers by polling the channel's completion queue: a poll of an
 // empty one reads the channel's socket on the waiting goroutine (tcp0's
 // progress from polls) and yields the CPU when nothing came, so that no

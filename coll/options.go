@@ -79,8 +79,8 @@ type Options struct {
 	// Bind pins each rank's process to a core: "core" binds the k-th rank
 	// of a host (by rank) to the k-th CPU it may run on, as Open MPI does
 	// by default when the ranks do not outnumber the cores (with more
-	// ranks than cores nothing is bound); "none" leaves placement to the
-	// OS. It affects the whole process, every goroutine in it: a bound
+	// ranks than cores, round robin: CPU k mod the CPUs, so that each CPU
+	// has its share of the ranks); "none" leaves placement to the OS. It affects the whole process, every goroutine in it: a bound
 	// process runs with GOMAXPROCS 1 (unless the GOMAXPROCS environment
 	// variable is set), and NewComm spins 25 ms before it returns, so
 	// that the Go runtime's monitor thread has slowed down by the first

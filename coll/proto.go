@@ -833,17 +833,25 @@ func (c *Comm) appendAcks(ch *channel, wrs []verbs.SendWR, from, to, slots uint6
 // Yielding at once (64 polls, 0 µs) cost 2 µs at 8 B.
 //
 // With more ranks on the host than cores the rank waited for is most
-// likely not running, so the wait yields after spinOversub polls and then
-// at every lookOversub-th poll (Comm.spinFor is 0). 4 ranks on 2 CPUs of
-// an idle 16-core host (taskset), time µs in three runs, AllReduce 8 B,
-// AllGather 4 KiB, ReduceScatter 64 KiB: 64/256 polls 12.9, 11.8, 7.9;
-// 12.8, 9.4, 14.8; 48, 38, 36. 16/16: 7.0, 6.9, 7.3; 13.3, 13.2, 9.1;
-// 23, 25, 30. 4/4: 10.1, 7.4, 8.1; 11.6, 8.6, 8.8; 33, 32, 31, and
-// AllGather 1 MiB 310 µs against 180-260 with 16/16. (On the 2-core host
-// itself, 2048 polls: AllGather 4 KiB 43-318 µs, 64 polls 33-63 µs.)
+// likely not running, so the wait yields (sched_yield) at once, at every
+// poll, and looks at the clock and the rest every lookOversub-th poll
+// (Comm.yieldEach; Comm.spinFor is 0), as Open MPI's sm transport does
+// when oversubscribed. 4 ranks on a 2-CPU host, pinned round robin
+// (Options.Bind), AllReduce 8 B, µs per call, medians of 15 alternating
+// launches: 16 polls with pauses first, then a yield every 16th poll
+// 4.03; a yield at every poll, a look every 16th 3.61 (every 64th 3.65);
+// Open MPI sm 3.65 (docs/benchmarks.md, "Small collectives on shm with
+// ranks outnumbering cores"). Before, on 2 CPUs of an idle 16-core host
+// (taskset), unpinned, time µs in three runs, AllReduce 8 B, AllGather
+// 4 KiB, ReduceScatter 64 KiB: 64/256 polls before the first yield / between
+// yields 12.9, 11.8, 7.9; 12.8, 9.4, 14.8; 48, 38, 36. 16/16: 7.0, 6.9,
+// 7.3; 13.3, 13.2, 9.1; 23, 25, 30. 4/4: 10.1, 7.4, 8.1; 11.6, 8.6, 8.8;
+// 33, 32, 31, and AllGather 1 MiB 310 µs against 180-260 with 16/16. (On
+// the 2-core host itself, 2048 polls: AllGather 4 KiB 43-318 µs, 64
+// polls 33-63 µs.)
 const (
 	spinFirst   = 256
-	spinOversub = 16
+	spinOversub = 0
 	lookEvery   = 256
 	lookOversub = 16
 )
@@ -891,6 +899,9 @@ func (c *Comm) waitWord(mem []byte, off int, want uint64, ch *channel, awaited l
 			continue
 		}
 		if i&c.lookMask != 0 {
+			if c.yieldEach {
+				osYield()
+			}
 			continue
 		}
 		if err := c.checkWait(peer, done, start, deadline); err != nil {
