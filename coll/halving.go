@@ -30,8 +30,7 @@ package coll
 // doubling steps send is final (output) data the caller may change once
 // the call returns: the steps before the last send it straight and wait
 // for the writes at the end (long done by then), the last through
-// sendFrom. AllGather's first step sends the rank's block from the input
-// (waited for at the end too), before the rank copies it into its output.
+// sendFrom.
 //
 // Direct writes. From hdDirectMin bytes of output (512 KiB) the doubling
 // steps (AllGather's, and AllReduce's second half) write straight into
@@ -68,34 +67,29 @@ func (c *Comm) halvingAllReduce(in, out mem, count int, dt DataType, op RedOp) e
 	}
 	var d hdDirect
 	direct := c.hdDirect(count * es)
-	var hs *hdStep
 	if direct {
-		// The first partner's address goes first: it comes before our
-		// data on the channel. The later partners' go once the first
-		// step's pieces are on their way (hdStep).
-		if err := c.hdAnnounce(out, nr, rem, p2>>1, p2); err != nil {
+		if err := c.hdAnnounce(out, nr, rem, p2, 1); err != nil {
 			return err
 		}
-		hs = &hdStep{d: &d, out: out, nr: nr, rem: rem, rest: p2 >> 1}
 	}
 	align := max(1, 64/es)
 	var lo, hi [hdMaxSteps]int
 	l, h, k := 0, count, 0
 	for mask := p2 >> 1; mask >= 1; mask >>= 1 {
 		partner := coreRank(nr^mask, rem)
-		if hs != nil {
-			hs.k, hs.done = k, false
+		if direct {
+			// Its address comes before its data on the channel.
+			if err := d.learn(c, k, partner); err != nil {
+				return err
+			}
 		}
 		mid := min(h, l+alignUp(ceilDiv(h-l, 2), align))
 		sl, sh, kl, kh := mid, h, l, mid // send the upper half, keep the lower
 		if nr&mask != 0 {
 			sl, sh, kl, kh = l, mid, mid, h
 		}
-		if err := c.halvingStep(partner, src, out, sl, sh, kl, kh, dt, op, hs); err != nil {
+		if err := c.halvingStep(partner, src, out, sl, sh, kl, kh, dt, op); err != nil {
 			return err
-		}
-		if hs != nil {
-			hs.rest = 0
 		}
 		src = out
 		lo[k], hi[k] = l, h
@@ -128,10 +122,8 @@ func (c *Comm) halvingAllReduce(in, out mem, count int, dt DataType, op RedOp) e
 // swapped, so both ranges have as many pieces or one fewer. src is m, or
 // at the first step the caller's input (foldStart), which stays unchanged
 // until the partner has it: the partner sends the last doubling step's
-// data, which the call waits for, after it received this. hs (direct
-// writes; else nil) is done after the pieces sent ahead, before the
-// first one received.
-func (c *Comm) halvingStep(partner int, src, m mem, sl, sh, kl, kh int, dt DataType, op RedOp, hs *hdStep) error {
+// data, which the call waits for, after it received this.
+func (c *Comm) halvingStep(partner int, src, m mem, sl, sh, kl, kh int, dt DataType, op RedOp) error {
 	es := dt.Size()
 	ce := c.chunkElems(es)
 	ns, nk := ceilDiv(sh-sl, ce), ceilDiv(kh-kl, ce)
@@ -145,45 +137,13 @@ func (c *Comm) halvingStep(partner int, src, m mem, sl, sh, kl, kh int, dt DataT
 			}
 		}
 		if i := j - ahead; i >= 0 && i < nk {
-			if err := hs.before(c, partner); err != nil {
-				return err
-			}
 			st := kl + i*ce
 			if err := c.reduceFrom(c.ch(partner, i), src, m, st, min(st+ce, kh), dt, op); err != nil {
 				return err
 			}
 		}
 	}
-	return hs.before(c, partner)
-}
-
-// hdStep is what a halving step of a direct AllReduce does besides its
-// data, once its first pieces are out and before it takes any in (the
-// wait for a partner that has not started the call yet then holds up
-// nothing of ours): learn the partner's address (into d, entry k: it came
-// before the partner's data on the channel), and at the first step
-// announce out to the partners of the masks below rest.
-type hdStep struct {
-	d       *hdDirect
-	k       int
-	out     mem
-	nr, rem int
-	rest    int
-	done    bool
-}
-
-// before does hs's work once per step; nothing when hs is nil.
-func (hs *hdStep) before(c *Comm, partner int) error {
-	if hs == nil || hs.done {
-		return nil
-	}
-	hs.done = true
-	if hs.rest > 1 {
-		if err := c.hdAnnounce(hs.out, hs.nr, hs.rem, 1, hs.rest); err != nil {
-			return err
-		}
-	}
-	return hs.d.learn(c, hs.k, partner)
+	return nil
 }
 
 // doublingStep sends m[sl, sh) (final data) to partner and receives
@@ -254,6 +214,9 @@ func (c *Comm) sendAllHeld(dst int, m mem, count, es int) error {
 // starting at block r &^ (mask−1), to r ^ mask and receives as many.
 func (c *Comm) halvingAllGather(in, out mem, count, es int) error {
 	r := c.rank
+	if &in.b[0] != &out.b[r*count*es] {
+		copy(out.at(r*count, (r+1)*count, es), in.b[:count*es])
+	}
 	// The first step goes through the FIFO: writing it directly would
 	// have to wait for the partner's address, that is for the partner to
 	// have started the call, where through the FIFO the data goes as soon
@@ -261,13 +224,15 @@ func (c *Comm) halvingAllGather(in, out mem, count, es int) error {
 	// not run for a while). Later partners' addresses came before their
 	// first step's data, which this rank has by then.
 	direct := c.hdDirect(len(out.b))
-	if err := c.gatherFirstStep(in, out, count, es, direct); err != nil {
-		return err
+	if direct {
+		if err := c.hdAnnounce(out, r, 0, c.nranks, 2); err != nil {
+			return err
+		}
 	}
 	var d hdDirect
-	for k, mask := 1, 2; mask < c.nranks; k, mask = k+1, mask<<1 {
+	for k, mask := 0, 1; mask < c.nranks; k, mask = k+1, mask<<1 {
 		partner := r ^ mask
-		if direct {
+		if direct && mask > 1 {
 			if err := d.learn(c, k, partner); err != nil {
 				return err
 			}
@@ -275,52 +240,6 @@ func (c *Comm) halvingAllGather(in, out mem, count, es int) error {
 		mine, theirs := (r&^(mask-1))*count, (partner&^(mask-1))*count
 		if err := c.doublingStep(partner, out, mine, mine+mask*count, theirs, theirs+mask*count, es, mask<<1 < c.nranks, d.addr[k], d.rkey[k]); err != nil {
 			return err
-		}
-	}
-	return nil
-}
-
-// gatherFirstStep is halvingAllGather's first exchange, with r^1, through
-// the FIFO. Our block goes out straight from in, which the call does not
-// change (waited for at the end; staged when it is the only step), and
-// only then, while it is on its way, does this rank announce its output
-// to its later partners (direct) and copy its block into out: the
-// partner gets our block a copy and a system call earlier.
-func (c *Comm) gatherFirstStep(in, out mem, count, es int, direct bool) error {
-	r, partner := c.rank, c.rank^1
-	ce := c.chunkElems(es)
-	np := ceilDiv(count, ce)
-	ahead := c.piecesPerStep() - 1
-	theirs := partner * count
-	for j := 0; j < np || j-ahead < np; j++ {
-		if j < np {
-			st := j * ce
-			b := in.at(st, min(st+ce, count), es)
-			var err error
-			if c.nranks > 2 {
-				err = c.sendWaited(c.ch(partner, j), in, b)
-			} else {
-				err = c.sendFrom(c.ch(partner, j), in, b)
-			}
-			if err != nil {
-				return err
-			}
-		}
-		if j == 0 {
-			if direct {
-				if err := c.hdAnnounce(out, r, 0, 2, c.nranks); err != nil {
-					return err
-				}
-			}
-			if &in.b[0] != &out.b[r*count*es] {
-				copy(out.at(r*count, (r+1)*count, es), in.b[:count*es])
-			}
-		}
-		if i := j - ahead; i >= 0 && i < np {
-			st := theirs + i*ce
-			if err := c.copyIn(c.ch(partner, i), out, st, min(st+ce, theirs+count), es); err != nil {
-				return err
-			}
 		}
 	}
 	return nil
@@ -352,13 +271,13 @@ var hdDirectMin = 512 << 10
 func (c *Comm) hdDirect(n int) bool { return n >= hdDirectMin }
 
 // hdAnnounce sends out's address and key to the partners of the doubling
-// steps with masks from from up to (not including) to, over a power-of-two
-// core (this rank being core member nr; rem as coreRank's).
-func (c *Comm) hdAnnounce(out mem, nr, rem, from, to int) error {
+// steps from mask from on, over a power-of-two core of p2 ranks (this rank
+// being core member nr; rem as coreRank's).
+func (c *Comm) hdAnnounce(out mem, nr, rem, p2, from int) error {
 	if testHookHDDirect != nil {
 		testHookHDDirect(c)
 	}
-	for mask := from; mask < to; mask <<= 1 {
+	for mask := from; mask < p2; mask <<= 1 {
 		if err := c.announceOut(out, coreRank(nr^mask, rem)); err != nil {
 			return err
 		}
