@@ -9,9 +9,12 @@
 #   bench/coll-ab.sh 8 allreduce 1048576 3 base=/tmp/base new=/tmp/new ring=/tmp/new:RDMAKIT_COLL_ALGO=ring mpi=mpi
 #
 # VARIANT is NAME=BINARY[:K=V,K=V...] (rdmakit coll-perf with those
-# environment variables) or NAME=mpi (bench/src/mpi_coll_bench.c under
+# environment variables), NAME=mpi (bench/src/mpi_coll_bench.c under
 # mpirun: btl tcp,self on lo, or with TRANSPORT=shm vader,self (shared
-# memory) and --bind-to none, as rdmakit's ranks here). COLL: allreduce,
+# memory) and --bind-to none, as rdmakit's ranks here) or NAME=mpi:N (Open
+# MPI's tuned algorithm N for COLL forced: coll_tuned_use_dynamic_rules 1,
+# coll_tuned_<COLL>_algorithm N, reduce_scatter_block's for reduce_scatter;
+# ompi_info --param coll tuned --level 9 lists them). COLL: allreduce,
 # allgather, reduce_scatter.
 # Each trial runs every variant once, in the order given; the output is,
 # per variant, the time per call (µs, maximum over ranks) of every trial,
@@ -20,7 +23,7 @@
 # where they outnumber the CPUs, and Open MPI's on shm likewise).
 # Iterations as bench/coll-vs-mpi.sh (at most 500 from 8 ranks).
 set -euo pipefail
-[ $# -ge 5 ] || { sed -n '2,17p' "$0"; exit 2; }
+[ $# -ge 5 ] || { sed -n '2,24p' "$0"; exit 2; }
 R=$1 COLL=$2 SIZE=$3 T=$4
 shift 4
 TRANSPORT=${TRANSPORT:-tcp}
@@ -34,7 +37,7 @@ it=$((268435456 / SIZE))
 w=$(((it + 9) / 10))
 case $COLL in allreduce) pn=all_reduce ;; allgather) pn=all_gather ;; *) pn=$COLL ;; esac
 for v in "$@"; do
-  if [ "${v#*=}" = mpi ] && [ ! -x "$MPIBENCH" ]; then mpicc -O2 -o "$MPIBENCH" bench/src/mpi_coll_bench.c; fi
+  if [[ ${v#*=} == mpi* ]] && [ ! -x "$MPIBENCH" ]; then mpicc -O2 -o "$MPIBENCH" bench/src/mpi_coll_bench.c; fi
 done
 declare -A res
 mpiopt=(--mca btl tcp,self)
@@ -43,9 +46,13 @@ mpiopt=(--mca btl tcp,self)
 for _ in $(seq "$T"); do
   for v in "$@"; do
     name=${v%%=*} spec=${v#*=} x=
-    if [ "$spec" = mpi ]; then
+    if [[ $spec == mpi || $spec == mpi:* ]]; then
+      forced=()
+      mp=$COLL
+      [ "$COLL" = reduce_scatter ] && mp=reduce_scatter_block
+      [ "$spec" != mpi ] && forced=(--mca coll_tuned_use_dynamic_rules 1 --mca "coll_tuned_${mp}_algorithm" "${spec#mpi:}")
       x=$(timeout 300 mpirun --allow-run-as-root --oversubscribe -np "$R" --mca oob_tcp_if_include lo --mca pml ob1 "${mpiopt[@]}" \
-        --mca btl_tcp_if_include lo "$MPIBENCH" "$COLL" "$SIZE" $it $w 2>/dev/null | awk '{print $4}') || true
+        --mca btl_tcp_if_include lo "${forced[@]}" "$MPIBENCH" "$COLL" "$SIZE" $it $w 2>/dev/null | awk '{print $4}') || true
     else
       bin=${spec%%:*} envs=${spec#*:}
       [ "$envs" = "$spec" ] && envs=
