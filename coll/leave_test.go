@@ -2,8 +2,8 @@ package coll
 
 import (
 	"context"
-	"errors"
 	"encoding/binary"
+	"errors"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -78,24 +78,8 @@ func TestLeaveAfterLastMessage(t *testing.T) {
 // 1 has received it and left, and its completion queue then looks empty
 // up to and including the look that follows the first departure check.
 func TestAckAfterLeave(t *testing.T) {
-	var once sync.Once
 	var held, checked, hide atomic.Bool
-	testHookAckWait = func(c *Comm, peer int) {
-		if c.rank != 0 || peer != 1 {
-			return
-		}
-		once.Do(func() {
-			for end := time.Now().Add(10 * time.Second); !c.gone[1].Load(); {
-				if time.Now().After(end) {
-					t.Errorf("rank 1 did not leave")
-					return
-				}
-				time.Sleep(time.Millisecond)
-			}
-			held.Store(true)
-			hide.Store(true)
-		})
-	}
+	holdAckWait(t, func() { held.Store(true); hide.Store(true) })
 	testHookCheckWait = func(c *Comm, peer int) {
 		if c.rank == 0 && hide.Load() {
 			checked.Store(true)
@@ -141,25 +125,10 @@ func TestAckAfterLeave(t *testing.T) {
 // timeout: it fails with ErrPeerLost ackAfterBye after it saw the bye.
 // Rank 0's completion queue looks empty from the peer's departure on.
 func TestNoAckAfterLeave(t *testing.T) {
-	var once sync.Once
 	var hide atomic.Bool
 	old := ackAfterBye
 	ackAfterBye = 100 * time.Millisecond
-	testHookAckWait = func(c *Comm, peer int) {
-		if c.rank != 0 || peer != 1 {
-			return
-		}
-		once.Do(func() {
-			for end := time.Now().Add(10 * time.Second); !c.gone[1].Load(); {
-				if time.Now().After(end) {
-					t.Errorf("rank 1 did not leave")
-					return
-				}
-				time.Sleep(time.Millisecond)
-			}
-			hide.Store(true)
-		})
-	}
+	holdAckWait(t, func() { hide.Store(true) })
 	testHookPoll = func(c *Comm) bool { return c.rank == 0 && hide.Load() }
 	defer func() { testHookAckWait, testHookPoll, ackAfterBye = nil, nil, old }()
 	var took time.Duration
@@ -183,4 +152,26 @@ func TestNoAckAfterLeave(t *testing.T) {
 		t.Fatalf("rank 0: %v after %v; want ErrPeerLost", errs[0], took)
 	}
 	t.Logf("rank 0: %v after %v", errs[0], took.Round(time.Millisecond))
+}
+
+// holdAckWait sets testHookAckWait to hold rank 0 at the start of its first
+// wait for the completions of writes to rank 1 until rank 1 has left, and
+// then to call then.
+func holdAckWait(t *testing.T, then func()) {
+	var once sync.Once
+	testHookAckWait = func(c *Comm, peer int) {
+		if c.rank != 0 || peer != 1 {
+			return
+		}
+		once.Do(func() {
+			for end := time.Now().Add(10 * time.Second); !c.gone[1].Load(); {
+				if time.Now().After(end) {
+					t.Errorf("rank 1 did not leave")
+					return
+				}
+				time.Sleep(time.Millisecond)
+			}
+			then()
+		})
+	}
 }
