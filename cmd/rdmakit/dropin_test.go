@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"net"
 	"os"
@@ -199,21 +200,47 @@ func TestSignalExit(t *testing.T) {
 	}
 	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
 	ln.Close()
+	// Each is signaled once it shows it runs (ready, a line of its
+	// output): a fixed sleep was too short on a loaded host, where the
+	// signal then came before the program's handler and killed it.
 	for _, c := range []struct {
-		args []string
-		sig  syscall.Signal
+		args  []string
+		sig   syscall.Signal
+		ready string
 	}{
-		{[]string{"perf", "write_bw", "-d", "tcp0", "-p", port}, syscall.SIGTERM},
-		{[]string{"perf", "write_lat", "-d", "tcp0", "-p", port}, syscall.SIGINT},
-		{[]string{"coll-perf", "all_reduce", "-b", "8", "-e", "8", "-n", "100000000", "--ranks", "2"}, syscall.SIGTERM},
+		{[]string{"perf", "write_bw", "-d", "tcp0", "-p", port}, syscall.SIGTERM, "Waiting for client"},
+		{[]string{"perf", "write_lat", "-d", "tcp0", "-p", port}, syscall.SIGINT, "Waiting for client"},
+		{[]string{"coll-perf", "all_reduce", "-b", "8", "-e", "8", "-n", "100000000", "--ranks", "2"}, syscall.SIGTERM, "# Using devices"},
 	} {
 		cmd := reexec.Command("rdmakit", c.args)
 		var errb bytes.Buffer
 		cmd.Stderr = &errb
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(1500 * time.Millisecond)
+		ready := make(chan struct{})
+		go func() {
+			sc := bufio.NewScanner(stdout)
+			seen := false
+			for sc.Scan() {
+				if !seen && strings.Contains(sc.Text(), c.ready) {
+					seen = true
+					close(ready)
+				}
+			}
+		}()
+		select {
+		case <-ready:
+		case <-time.After(60 * time.Second):
+			cmd.Process.Kill()
+			cmd.Wait()
+			t.Fatalf("%q: no %q on stdout in 60 s; stderr %q", c.args, c.ready, errb.String())
+		}
+		time.Sleep(100 * time.Millisecond)
 		cmd.Process.Signal(c.sig)
 		done := make(chan struct{})
 		go func() { cmd.Wait(); close(done) }()

@@ -223,6 +223,12 @@ func collLaunchRanks(n int, cmdline []string) int {
 			}
 		}
 	}
+	// Signals are ours from before the first rank starts: a SIGTERM that
+	// comes while the ranks start ends the run with 143 and takes them
+	// down, instead of killing this process alone.
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
 	for i, cmd := range cmds {
 		if err := cmd.Start(); err != nil {
 			fmt.Fprintf(os.Stderr, "coll-perf: starting rank %d: %v\n", i, err)
@@ -233,9 +239,6 @@ func collLaunchRanks(n int, cmdline []string) int {
 			return 1
 		}
 	}
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
-	defer signal.Stop(sigs)
 	codes := make([]int, n)
 	failed := make(chan int, n)
 	var wg sync.WaitGroup
