@@ -150,6 +150,9 @@ func (cq *CQ) goWait(ctx context.Context) {
 		}
 	}
 	cq.gw.Add(-1)
+	if cq.recv.Load() {
+		cq.goWake() // the others move to the futex too
+	}
 }
 
 // goWake wakes a waiter parked in goWait, if there is one: it costs one
