@@ -17,6 +17,15 @@ import (
 // delivers receive completions that way); Poll and Wait see them all.
 //
 // Any goroutine may Poll or Wait; completions are handed out once each.
+//
+// Waiting: a CQ that no QP uses as its receive CQ gets every completion
+// from this process (send completions are delivered by the QP's engine
+// here, on the goroutine that completes the work request: the poster's
+// for shm, the transport's reader for tcp), so its waiters park as
+// goroutines on a channel that the delivering goroutine signals (goWait,
+// goWake): a wake-up is the Go scheduler's, no futex and no thread. A
+// receive CQ may be written by a peer process (rc.Target.Complete through
+// the shared ring), so its waiters sleep on the ring's futex word.
 type CQ struct {
 	ctx  *Context
 	r    ring.Ring
@@ -25,6 +34,14 @@ type CQ struct {
 	prog Progresser // the transport's, if it has one (progress.go)
 
 	closed atomic.Bool
+	// recv: some QP uses the CQ as its receive CQ (set before the QP
+	// exists, never cleared): waiters sleep on the ring's futex.
+	recv atomic.Bool
+	// gw counts the waiters parked on wch (cap 1); a producer that sees
+	// one sends a token, and a waiter woken passes it on while
+	// completions or a closing are left for the others.
+	gw  atomic.Int32
+	wch chan struct{}
 }
 
 // CreateCQ creates a completion queue with room for at least cqe entries.
@@ -37,7 +54,7 @@ func (c *Context) CreateCQ(cqe int) (driver.CQ, error) {
 	if err != nil {
 		return nil, err
 	}
-	cq := &CQ{ctx: c, r: ring.Init(b, cqe, rc.WCSize), off: off, size: n, prog: progresser(c)}
+	cq := &CQ{ctx: c, r: ring.Init(b, cqe, rc.WCSize), off: off, size: n, prog: progresser(c), wch: make(chan struct{}, 1)}
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -101,13 +118,60 @@ func (cq *CQ) Wait(ctx context.Context, wcs []WorkCompletion) (int, error) {
 	}
 	for {
 		if n, err := cq.Poll(wcs); n > 0 || err != nil {
+			if !cq.r.Empty() || err != nil {
+				cq.goWake() // left for another parked waiter, or closed
+			}
 			return n, err
 		}
 		if err := ctx.Err(); err != nil {
 			return 0, err
 		}
 		cq.sleeping()
-		cq.r.Wait(100 * time.Millisecond)
+		if cq.recv.Load() {
+			cq.r.Wait(100 * time.Millisecond)
+		} else {
+			cq.goWait(ctx)
+		}
+	}
+}
+
+// goWait parks the goroutine until a producer of this process signals a
+// completion (goWake), the CQ becomes a receive CQ or is closed, or ctx
+// ends. No wake-up is lost: the waiter counts itself in gw before it
+// re-checks the ring, and a producer publishes before it reads gw (all
+// sequentially consistent), so either the waiter sees the entry or the
+// producer sees the waiter and leaves a token in wch.
+func (cq *CQ) goWait(ctx context.Context) {
+	cq.gw.Add(1)
+	if cq.r.Empty() && !cq.recv.Load() && !cq.closed.Load() && cq.r.Flags()&ring.FlagOverflow == 0 {
+		select {
+		case <-cq.wch:
+		case <-ctx.Done():
+		}
+	}
+	cq.gw.Add(-1)
+	if cq.recv.Load() {
+		cq.goWake() // the others move to the futex too
+	}
+}
+
+// goWake wakes a waiter parked in goWait, if there is one: it costs one
+// load when nobody is.
+func (cq *CQ) goWake() {
+	if cq.gw.Load() != 0 {
+		select {
+		case cq.wch <- struct{}{}:
+		default: // a token is there already: its waiter passes it on
+		}
+	}
+}
+
+// usedForRecv marks the CQ a receive CQ (CreateQP) and moves its parked
+// waiters to the futex.
+func (cq *CQ) usedForRecv() {
+	if !cq.recv.Load() {
+		cq.recv.Store(true)
+		cq.goWake()
 	}
 }
 
@@ -136,11 +200,13 @@ func (cq *CQ) push(w *rc.WC) bool {
 		// the flag was set must not sleep out its timeout.
 		cq.r.SetFlag(ring.FlagOverflow)
 		cq.r.Kick()
+		cq.goWake()
 		return false
 	}
 	w.Encode(b)
 	cq.r.Publish(pos)
 	cq.r.Notify()
+	cq.goWake()
 	return true
 }
 
@@ -151,6 +217,7 @@ func (cq *CQ) markClosed() {
 	cq.closed.Store(true)
 	cq.r.SetFlag(ring.FlagClosed)
 	cq.r.Kick()
+	cq.goWake()
 }
 
 // Close destroys the CQ and wakes its waiters, which return ErrClosed. It

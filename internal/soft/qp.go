@@ -198,6 +198,7 @@ func (pd *PD) CreateQP(dc driver.QPConfig) (driver.QP, error) {
 		rqOff, rqLen = cfg.SRQ.off, cfg.SRQ.n
 	}
 	cqOff, cqLen := cfg.RecvCQ.location()
+	cfg.RecvCQ.usedForRecv() // a peer may deliver into it: its waiters use the futex
 
 	c.mu.Lock()
 	if c.closed {
@@ -713,6 +714,7 @@ func (qp *QP) completeDirect(wrs []SendWR) {
 			// overflow, and the QP cannot go on as if nothing happened.
 			r.SetFlag(ring.FlagOverflow)
 			r.Kick()
+			qp.sendCQ.goWake()
 			go qp.enterError(true, false)
 			return
 		}
@@ -727,6 +729,7 @@ func (qp *QP) completeDirect(wrs []SendWR) {
 		}
 		r.PublishN(pos, n)
 		r.Notify()
+		qp.sendCQ.goWake()
 		k -= n
 	}
 }
