@@ -39,7 +39,7 @@ type CQ struct {
 	recv atomic.Bool
 	// gw counts the waiters parked on wch (cap 1); a producer that sees
 	// one sends a token, and a waiter woken passes it on while
-	// completions or a closing are left for the others.
+	// completions, a closing or an overflow are left for the others.
 	gw  atomic.Int32
 	wch chan struct{}
 }
@@ -118,7 +118,7 @@ func (cq *CQ) Wait(ctx context.Context, wcs []WorkCompletion) (int, error) {
 	}
 	for {
 		if n, err := cq.Poll(wcs); n > 0 || err != nil {
-			if !cq.r.Empty() || err != nil {
+			if err != nil || cq.ends() {
 				cq.goWake() // left for another parked waiter, or closed
 			}
 			return n, err
@@ -140,20 +140,38 @@ func (cq *CQ) Wait(ctx context.Context, wcs []WorkCompletion) (int, error) {
 // ends. No wake-up is lost: the waiter counts itself in gw before it
 // re-checks the ring, and a producer publishes before it reads gw (all
 // sequentially consistent), so either the waiter sees the entry or the
-// producer sees the waiter and leaves a token in wch.
+// producer sees the waiter and leaves a token in wch. wch holds one
+// token, so a producer's token may be dropped while another waits there;
+// whoever takes a token therefore passes it on while anything that ends
+// a wait is left (ends: entries, the closing, an overflow, the receive
+// CQ mark), and every waiter still parked is woken in turn.
 func (cq *CQ) goWait(ctx context.Context) {
 	cq.gw.Add(1)
-	if cq.r.Empty() && !cq.recv.Load() && !cq.closed.Load() && cq.r.Flags()&ring.FlagOverflow == 0 {
+	if !cq.ends() {
+		if testHookPark != nil {
+			testHookPark()
+		}
 		select {
 		case <-cq.wch:
 		case <-ctx.Done():
 		}
 	}
 	cq.gw.Add(-1)
-	if cq.recv.Load() {
-		cq.goWake() // the others move to the futex too
+	if cq.recv.Load() || cq.closed.Load() || cq.Overflowed() {
+		cq.goWake() // the others move to the futex, or return, too
 	}
 }
+
+// ends reports whether a waiter must not park: entries are there, the CQ
+// is closed or overflowed, or it is a receive CQ (whose waiters use the
+// futex).
+func (cq *CQ) ends() bool {
+	return !cq.r.Empty() || cq.recv.Load() || cq.closed.Load() || cq.r.Flags()&ring.FlagOverflow != 0
+}
+
+// testHookPark, if set (tests only), runs in goWait after the waiter has
+// counted itself and checked the ring, before it parks.
+var testHookPark func()
 
 // goWake wakes a waiter parked in goWait, if there is one: it costs one
 // load when nobody is.

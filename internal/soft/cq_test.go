@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -180,7 +181,10 @@ func TestCQWaitBecomesRecv(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for cq.gw.Load() != 0 {
+	for deadline := time.Now().Add(time.Minute); cq.gw.Load() != 0; {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d waiters still parked on the channel", cq.gw.Load())
+		}
 		runtime.Gosched() // both left the channel for the futex
 	}
 	for _, s := range []QPAttr{{State: QPInit, AccessFlags: driver.AccessAll, Port: 1},
@@ -192,4 +196,50 @@ func TestCQWaitBecomesRecv(t *testing.T) {
 	e.qp = qp2
 	e.post(t, 2)
 	collect(t, res, 2, nil)
+}
+
+// TestCQWaitCloseAfterDroppedToken: two waiters have checked the ring and
+// not yet parked; a completion leaves its token in wch, and the closing's
+// token is dropped (wch is full). The waiter that takes the token and the
+// completion must pass the wake-up on: the CQ is closed, and the other
+// waiter, parked after it, has nobody else to wake it.
+func TestCQWaitCloseAfterDroppedToken(t *testing.T) {
+	e := newWaitEnv(t)
+	arrived := make(chan int, 2)
+	gates := [2]chan struct{}{make(chan struct{}), make(chan struct{})}
+	var next atomic.Int32
+	testHookPark = func() {
+		i := next.Add(1) - 1
+		arrived <- int(i)
+		<-gates[i]
+	}
+	defer func() { testHookPark = nil }()
+	res := make(chan error, 2)
+	wait := func() {
+		var wcs [1]WorkCompletion
+		_, err := e.cq.Wait(context.Background(), wcs[:])
+		res <- err
+	}
+	go wait() // the waiter that will park last
+	<-arrived
+	go wait() // the waiter that takes the token
+	<-arrived
+	e.post(t, 1) // its token stays in wch: nobody is parked yet
+	if err := e.qp.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.cq.Close(); err != nil { // its token is dropped
+		t.Fatal(err)
+	}
+	close(gates[1])
+	select {
+	case err := <-res:
+		if err != nil {
+			t.Fatalf("the waiter that took the token: %v, want its completion", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the waiter with a token waiting for it did not return")
+	}
+	close(gates[0])
+	collect(t, res, 1, ErrClosed)
 }
