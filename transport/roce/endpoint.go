@@ -605,7 +605,7 @@ func (ep *endpoint) wake() { sys.Signal(ep.efd) }
 // step receives one batch of datagrams, runs them through their QPs and
 // sends the responses they call for (under stepMu).
 func (ep *endpoint) step(fd int) {
-	n, err := ep.rx.RecvBatch(fd, sys.MaxBatch)
+	n, err := ep.rx.RecvBatchRaw(fd, sys.MaxBatch)
 	ep.more, ep.didStep = false, false
 	switch {
 	case err == sys.ErrAgain:
@@ -1117,7 +1117,7 @@ func (b *txBatch) write(fd uintptr) bool {
 		return true
 	}
 	for b.from < b.n {
-		k, err := b.SendBatch(int(fd), b.from, b.n)
+		k, err := b.SendBatchRaw(int(fd), b.from, b.n)
 		if err == sys.ErrAgain {
 			b.park() // the wait is not bounded: let go of the memory
 			return false
