@@ -142,6 +142,11 @@ type endpoint struct {
 	kicked []*qpDriver
 	kickc  chan struct{}
 	stop   chan struct{}
+	// wakec (one token) wakes the progress goroutine while it waits in
+	// Go for pollers to stop (quiet, quietT); wake sends on it as well
+	// as on efd.
+	wakec  chan struct{}
+	quietT *time.Timer
 
 	// stepMu is held by whoever steps (the progress goroutine or a
 	// poller) and guards the fields below it. missed: the progress
@@ -320,7 +325,9 @@ func newEndpoint(bind netip.AddrPort, mtu verbs.MTU) (*endpoint, error) {
 		ep.rx.Bufs[i] = pool[i*rxBuf : (i+1)*rxBuf : (i+1)*rxBuf]
 	}
 	ep.tx = newTxBatch(ep)
-	ep.kickc, ep.stop = make(chan struct{}, 1), make(chan struct{})
+	ep.kickc, ep.stop, ep.wakec = make(chan struct{}, 1), make(chan struct{}), make(chan struct{}, 1)
+	ep.quietT = time.NewTimer(time.Hour)
+	ep.quietT.Stop()
 	ep.wg.Add(2)
 	go ep.run()
 	go ep.sender()
@@ -515,7 +522,7 @@ func (ep *endpoint) run() {
 		switch {
 		case busy || backoff:
 			backoff, flowing = false, false
-			if _, woken := sys.WaitFD(-1, ep.efd, false, pollQuiet); !woken {
+			if !ep.quiet(pollQuiet) {
 				continue
 			}
 		case flowing && ep.busyPoll > 0:
@@ -536,6 +543,27 @@ func (ep *endpoint) run() {
 		held, got := ep.steps()
 		backoff, flowing = held, got
 		base = ep.polls.Load()
+	}
+}
+
+// quiet is the progress goroutine's wait while goroutines poll: up to d,
+// or until woken (wake, release), which it reports. It waits in Go rather
+// than in the kernel (ppoll on efd): a thread blocked in a system call
+// holds its processor (P), and with the pollers' goroutines on the other
+// Ps, the runtime's sysmon takes it back every time (and keeps itself
+// awake at its shortest period doing so), waking a thread to look for
+// work that finds none. Parked in Go, the goroutine leaves its P idle.
+func (ep *endpoint) quiet(d time.Duration) (woken bool) {
+	ep.quietT.Reset(d)
+	select {
+	case <-ep.wakec:
+		ep.quietT.Stop()
+		return true
+	case <-ep.stop:
+		ep.quietT.Stop()
+		return true
+	case <-ep.quietT.C:
+		return false
 	}
 }
 
@@ -600,12 +628,18 @@ func (ep *endpoint) unlockPoll() bool {
 
 // wake makes the progress goroutine step even if the socket does not
 // become readable again: a poller left datagrams or a backlog behind.
-func (ep *endpoint) wake() { sys.Signal(ep.efd) }
+func (ep *endpoint) wake() {
+	sys.Signal(ep.efd)
+	select {
+	case ep.wakec <- struct{}{}:
+	default:
+	}
+}
 
 // step receives one batch of datagrams, runs them through their QPs and
 // sends the responses they call for (under stepMu).
 func (ep *endpoint) step(fd int) {
-	n, err := ep.rx.RecvBatch(fd, sys.MaxBatch)
+	n, err := ep.rx.RecvBatchRaw(fd, sys.MaxBatch)
 	ep.more, ep.didStep = false, false
 	switch {
 	case err == sys.ErrAgain:
@@ -1117,7 +1151,7 @@ func (b *txBatch) write(fd uintptr) bool {
 		return true
 	}
 	for b.from < b.n {
-		k, err := b.SendBatch(int(fd), b.from, b.n)
+		k, err := b.SendBatchRaw(int(fd), b.from, b.n)
 		if err == sys.ErrAgain {
 			b.park() // the wait is not bounded: let go of the memory
 			return false

@@ -278,7 +278,7 @@ func (cd *ctxDriver) Close() error { return cd.ep.release() }
 // iterations.
 func (cd *ctxDriver) Progress(*soft.CQ) {
 	if !cd.ep.Progress() {
-		sys.Yield()
+		sys.RawYield()
 	}
 }
 
