@@ -95,7 +95,12 @@
 // bytes a read takes beyond a header go through the link's buffer: after
 // a payload of 32 KiB or more, reads into the buffer take at most 1 KiB
 // for the next few frames, so that the next large payload is not read
-// into the buffer along with its header. In the middle of a payload the
+// into the buffer along with its header. The read that takes the last
+// bytes of a payload straight into place takes what follows it too (one
+// readv into place and into the buffer: a trailer, the next header, the
+// small frames behind it), and when it did not fill both, the next look
+// at the socket is left for later (the socket had no more). In the
+// middle of a payload the
 // reader waits with SO_RCVLOWAT set to the rest of the chunk it reads,
 // so that it wakes once for the chunk rather than for every part of it.
 //

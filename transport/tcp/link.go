@@ -205,13 +205,18 @@ type link struct {
 	owedFrames int
 	owedBytes  int
 	// non-blocking read attempt (read, rawRead)
-	tryBuf []byte
-	tryN   int
-	tryErr error
-	wqe    rc.RecvWQE
-	segs   [rc.MaxSGE][]byte
-	rpins  [rc.MaxSGE]keytab.Pin
-	pkt    rcproto.Packet
+	tryBuf   []byte
+	tryAfter []byte // read after tryBuf in the same readv (place), or nil
+	tryN     int
+	tryErr   error
+	// drained: the last read from the socket (place's, pollRead) did not
+	// fill what it was given, so it took all there was: the next look
+	// need not come at once (pump, idle)
+	drained bool
+	wqe     rc.RecvWQE
+	segs    [rc.MaxSGE][]byte
+	rpins   [rc.MaxSGE]keytab.Pin
+	pkt     rcproto.Packet
 	// READ_RESP status trailer (handleResponse)
 	trailer [trailerLen]byte
 	// pl is the frame whose payload is being moved into place (payload.go);

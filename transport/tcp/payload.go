@@ -131,7 +131,10 @@ func (l *link) movePayload() error {
 		}
 		seg = seg[:min(len(seg), rc.ChunkSize)]
 		pin := p.pins[p.si]
-		k, err := l.place(seg, p.tab, pin)
+		// The payload's last bytes (a trailer, if any, follows in the
+		// buffer): the read that takes them may take what follows too.
+		last := p.si == len(p.segs)-1 && p.off+len(seg) == len(p.segs[p.si])
+		k, err := l.place(seg, p.tab, pin, last)
 		p.off += k
 		p.got += k
 		if err == errDeregistered {
@@ -150,7 +153,7 @@ func (l *link) movePayload() error {
 		}
 	}
 	for len(p.tail) > 0 {
-		k, err := l.place(p.tail, keytab.Table{}, keytab.Pin{})
+		k, err := l.place(p.tail, keytab.Table{}, keytab.Pin{}, false)
 		p.tail = p.tail[k:]
 		if err != nil {
 			return err
@@ -174,7 +177,15 @@ func (l *link) movePayload() error {
 // under pin: from the buffer if it holds any, else straight from the
 // socket for a large seg, else through the buffer. It returns the bytes
 // placed; errDeregistered when pin's region is gone.
-func (l *link) place(seg []byte, tab keytab.Table, pin keytab.Pin) (int, error) {
+//
+// With last (seg ends the payload), the read straight from the socket
+// takes what follows the payload too, into the (empty) buffer: one
+// readv(2) into seg and the room for the next header (room: 1 KiB after
+// a large payload), so that the next frame's header, a trailer, and the
+// small frames behind them cost no read of their own. A readv that did
+// not fill both took all there was (drained): the next look at the
+// socket is left to the next poll, or to the reader's wait.
+func (l *link) place(seg []byte, tab keytab.Table, pin keytab.Pin, last bool) (int, error) {
 	if l.rend > l.rpos {
 		if !tab.EnterOpt(pin) {
 			return 0, errDeregistered
@@ -190,16 +201,26 @@ func (l *link) place(seg []byte, tab keytab.Table, pin keytab.Pin) (int, error) 
 	if l.owedBytes >= flushBytes {
 		l.flushOwed() // a long payload: don't sit on what we owe
 	}
+	var after []byte
+	if last {
+		l.rpos, l.rend = 0, 0 // empty: the buffer was looked at above
+		after = l.room(headerLen)
+	}
 	var k int
 	var err error
 	if l.nb {
-		k, err = l.tryReadPinned(seg, tab, pin)
+		k, err = l.tryReadPinned(seg, after, tab, pin)
 	} else {
-		k, err = l.readDirectPinned(seg, tab, pin)
+		k, err = l.readDirectPinned(seg, after, tab, pin)
 	}
 	if k > 0 {
 		l.owedBytes += k
 		l.progress.Add(1)
+		if k > len(seg) {
+			l.rend += k - len(seg) // what followed the payload
+			k = len(seg)
+		}
+		l.drained = k < len(seg) || l.rend < len(after)
 		if l.nb && k < len(seg) && err == nil {
 			// A read that did not fill seg took all there was: another
 			// would most likely find nothing (a system call saved); the
@@ -223,13 +244,15 @@ func (l *link) more(want int) error {
 	return nil
 }
 
-// tryReadPinned is a poller's non-blocking read into seg under pin:
-// errMore when nothing is there.
-func (l *link) tryReadPinned(seg []byte, tab keytab.Table, pin keytab.Pin) (int, error) {
+// tryReadPinned is a poller's non-blocking read into seg (and after it,
+// after: place) under pin: errMore when nothing is there.
+func (l *link) tryReadPinned(seg, after []byte, tab keytab.Table, pin keytab.Pin) (int, error) {
 	if !tab.EnterOpt(pin) {
 		return 0, errDeregistered
 	}
+	l.tryAfter = after
 	n, err := l.tryRead(seg)
+	l.tryAfter = nil
 	tab.LeaveOpt(pin)
 	if err == sys.ErrAgain {
 		return 0, errMore

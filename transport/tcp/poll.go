@@ -182,9 +182,9 @@ func (l *link) poll() (busy bool) {
 func (l *link) pump() (busy bool) {
 	var f frame
 	start := l.progress.Load()
-	reads, drained := 0, false
-	l.nb = true
-	defer func() { l.nb = false }()
+	reads := 0
+	l.nb, l.drained = true, false
+	defer func() { l.nb, l.drained = false, false }()
 	for {
 		if l.stall {
 			l.kickLocked() // awaitOutput blocks: the link goroutine's
@@ -207,17 +207,19 @@ func (l *link) pump() (busy bool) {
 			l.pollFrames.Add(1)
 			err = l.handleFrame(&f)
 		default:
-			if reads == 2 || drained {
+			if reads == 2 || l.drained {
+				// A read that left room in the buffer (this one's, or
+				// the one that took the end of a payload: place) took
+				// all there was: another would most likely find nothing
+				// (a system call per message saved); the next poll
+				// looks again.
 				goto out
 			}
 			got, short := l.pollRead(headerLen)
 			if !got {
 				goto out
 			}
-			// A read that left room in the buffer took all there was:
-			// another would most likely find nothing (a system call per
-			// message saved); the next poll looks again.
-			drained = short
+			l.drained = short
 			reads++
 			continue
 		}
@@ -323,6 +325,10 @@ func (l *link) idle() error {
 		l.rend -= l.rpos
 		l.rpos = 0
 	}
+	// The read that took the end of the last payload took all there
+	// was (place): the first look below would find nothing.
+	drained := l.drained
+	l.drained = false
 	var n int
 	var err error
 	if l.busyPoll == 0 && !pollersOnly.Load() {
@@ -331,7 +337,7 @@ func (l *link) idle() error {
 		// there) or coalesces with more (input there); owing nothing,
 		// readWait's own first read does.
 		err = sys.ErrAgain
-		if l.owes() {
+		if l.owes() && !drained {
 			n, err = l.tryRead(l.room(headerLen))
 		}
 		if err == sys.ErrAgain {
@@ -339,7 +345,10 @@ func (l *link) idle() error {
 			n, err = l.readWait(l.room(headerLen))
 		}
 	} else {
-		n, err = l.tryRead(l.room(headerLen))
+		err = sys.ErrAgain
+		if !drained {
+			n, err = l.tryRead(l.room(headerLen))
+		}
 		if err == sys.ErrAgain {
 			l.flushOwed()
 			n, err = l.idleSpin()

@@ -246,7 +246,7 @@ func (l *link) spin(b []byte, polled *uint64, d time.Duration, goYield bool) (in
 // connection's Control, not its Read: a reader parked in Read (idle)
 // holds the descriptor's read lock, and a poller must not wait for it.
 func (l *link) tryRead(b []byte) (int, error) {
-	l.tryBuf, l.tryN, l.tryErr = b, 0, nil
+	l.tryBuf, l.tryN, l.tryErr, l.drained = b, 0, nil, false
 	err := l.raw.Control(l.readFn)
 	l.tryBuf = nil
 	return l.tryResult(err)
@@ -266,9 +266,10 @@ func (l *link) tryResult(err error) (int, error) {
 	return l.tryN, nil
 }
 
-// rawRead is the syscall.RawConn Control callback of tryRead.
+// rawRead is the syscall.RawConn Control callback of tryRead (a readv
+// into tryBuf and tryAfter when tryAfter is set: tryReadPinned).
 func (l *link) rawRead(fd uintptr) {
-	l.tryN, l.tryErr = sys.Read(int(fd), l.tryBuf)
+	l.tryN, l.tryErr = sys.Read2(int(fd), l.tryBuf, l.tryAfter)
 }
 
 // readDirectPinned is one read from the socket straight into seg under
@@ -284,9 +285,12 @@ func (l *link) rawRead(fd uintptr) {
 // payload is on its way, and a reader woken for each part that arrives
 // costs a wake-up and a read each (tcp0 RDMA Read 256 KiB: 3 or 4 waits
 // per Read, each a thread wake-up on a 2-core host).
-func (l *link) readDirectPinned(seg []byte, tab keytab.Table, pin keytab.Pin) (int, error) {
-	l.tryBuf, l.ptab, l.pin = seg, tab, pin
-	defer func() { l.tryBuf, l.ptab, l.pin = nil, keytab.Table{}, keytab.Pin{} }()
+//
+// What follows seg in the stream goes into after, if anything is there
+// once seg is (place); the count returned includes it.
+func (l *link) readDirectPinned(seg, after []byte, tab keytab.Table, pin keytab.Pin) (int, error) {
+	l.tryBuf, l.tryAfter, l.ptab, l.pin = seg, after, tab, pin
+	defer func() { l.tryBuf, l.tryAfter, l.ptab, l.pin = nil, nil, keytab.Table{}, keytab.Pin{} }()
 	for wait := false; ; wait = true {
 		l.tryN, l.tryErr, l.pinWait, l.pinLost = 0, nil, wait, false
 		if err := l.raw.Read(l.readPinFn); err != nil {
@@ -319,7 +323,7 @@ func (l *link) rawReadPinned(fd uintptr) bool {
 		l.pinLost = true
 		return true
 	}
-	l.tryN, l.tryErr = sys.Read(int(fd), l.tryBuf)
+	l.tryN, l.tryErr = sys.Read2(int(fd), l.tryBuf, l.tryAfter)
 	l.ptab.LeaveOpt(l.pin)
 	return !(l.pinWait && l.tryErr == sys.ErrAgain)
 }

@@ -1,0 +1,43 @@
+//go:build linux
+
+package sys
+
+import (
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// Read2 reads from fd into a and then b with one readv(2), retrying on
+// EINTR, and returns the bytes read in all (a is filled before b gets
+// any). On a non-blocking fd with nothing to read it returns ErrAgain; at
+// end of file 0 and nil. An empty b makes it a plain read into a. It
+// allocates nothing.
+func Read2(fd int, a, b []byte) (int, error) {
+	if len(b) == 0 {
+		return Read(fd, a)
+	}
+	var iov [2]unix.Iovec
+	n := 0
+	if len(a) > 0 {
+		iov[0].Base = unsafe.SliceData(a)
+		iov[0].SetLen(len(a))
+		n++
+	}
+	iov[n].Base = unsafe.SliceData(b)
+	iov[n].SetLen(len(b))
+	n++
+	for {
+		r, _, e := unix.Syscall(unix.SYS_READV, uintptr(fd), uintptr(unsafe.Pointer(&iov[0])), uintptr(n))
+		if e == unix.EINTR {
+			continue
+		}
+		if e == unix.EAGAIN {
+			return 0, ErrAgain
+		}
+		if e != 0 {
+			return 0, e
+		}
+		return int(r), nil
+	}
+}
