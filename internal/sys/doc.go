@@ -17,13 +17,14 @@
 //   - the CPU (cpu_amd64.s, cpu_amd64_unsafe.go; cpu_other.go elsewhere and
 //     in race builds): Copy (REP MOVSB for large in-cache copies), Ticks and
 //     HasTicks (the invariant time-stamp counter);
-//   - futexes and scheduling: FutexWait, FutexWake, Yield;
+//   - futexes and scheduling: FutexWait, FutexWake, Yield, RawYield;
 //   - UDP (Linux; not supported elsewhere): UDPBatch (SendBatch,
-//     RecvBatch: sendmmsg/recvmmsg with GSO and GRO), SetUDPOptions, and a
-//     socket outside Go's network poller with its own waits: ListenUDPFD,
-//     WaitFD, SendToFD, NewEvent, Signal, Drain;
-//   - descriptors: Read, Writev (with IOVecs, MaxIOV, ErrAgain), Close,
-//     Inode, DupNonblock, IsTerminal;
+//     RecvBatch: sendmmsg/recvmmsg with GSO and GRO; SendBatchRaw and
+//     RecvBatchRaw, the same past the scheduler for non-blocking sockets),
+//     SetUDPOptions, and a socket outside Go's network poller with its own
+//     waits: ListenUDPFD, WaitFD, SendToFD, NewEvent, Signal, Drain;
+//   - descriptors: Read, Read2 (one readv into two buffers), Writev (with
+//     IOVecs, MaxIOV, ErrAgain), Close, Inode, DupNonblock, IsTerminal;
 //   - peers and children: OpenPeerFd, PidfdOpen, ProcessExited,
 //     ChildDiesWithParent, StartInNewProcessGroup, KillProcessGroup;
 //   - limits and accounting: MemlockLimit (Unlimited), ProcessCPUTime;

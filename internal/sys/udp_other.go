@@ -18,6 +18,12 @@ func (b *UDPBatch) SendBatch(fd, from, n int) (int, error) { return 0, notSuppor
 // RecvBatch is not supported on this system.
 func (b *UDPBatch) RecvBatch(fd, n int) (int, error) { return 0, notSupported("recvmmsg") }
 
+// SendBatchRaw is SendBatch (not supported on this system).
+func (b *UDPBatch) SendBatchRaw(fd, from, n int) (int, error) { return b.SendBatch(fd, from, n) }
+
+// RecvBatchRaw is RecvBatch (not supported on this system).
+func (b *UDPBatch) RecvBatchRaw(fd, n int) (int, error) { return b.RecvBatch(fd, n) }
+
 // SetUDPOptions is not supported on this system.
 func SetUDPOptions(fd int, v6 bool, tos uint8, bufSize int, gro bool) error {
 	return notSupported("RoCEv2 socket options")
