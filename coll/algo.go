@@ -29,9 +29,42 @@ const directMin = 128 << 10
 // stageMax is the largest message sendFrom copies into staging on tcp.
 const stageMax = 64 << 10
 
-// direct says whether a collective of n bytes uses direct writes; every
-// rank decides alike.
-func (c *Comm) direct(n int) bool { return c.allSync && c.nranks > 1 && n >= directMin }
+// direct says whether a collective of n bytes uses direct writes in the
+// ring algorithms and the broadcast chain; every rank decides alike.
+func (c *Comm) direct(n int) bool {
+	if c.nranks < 2 {
+		return false
+	}
+	if c.allSync {
+		return n >= directMin
+	}
+	if n < ringDirectNet {
+		return false
+	}
+	if testHookRingDirect != nil {
+		testHookRingDirect(c)
+	}
+	return true
+}
+
+// ringDirectNet is directMin where some pair of ranks is not on shm (tcp,
+// RDMA devices): from it the ring's final values go straight into the next
+// rank's output too, as the halving algorithms' doubling steps do over tcp
+// (halving.go, hdDirectMin): the transport reads the payload from the
+// socket into the output, and the copy out of a FIFO slot (half the
+// vector per rank for a 2-rank AllReduce) is saved, for one more small
+// message a call (the address). Large only: 2 ranks over tcp on the
+// shared 2-core host (load 12-16), AllReduce, CPU of both ranks per call
+// (perf stat, 2 s windows), FIFO against direct, 3-4 alternating launches:
+// 64 MiB 87-98 against 75-80 ms; 16 MiB 20.8-21.4 against 19.4-23.1;
+// 4 MiB 4.9-5.5 against 3.1-5.8; 1 MiB 0.75-0.93 against 0.65-0.93;
+// 256 KiB 0.21-0.32 against 0.24-0.34 (docs/benchmarks.md, "coll over tcp:
+// small calls at 4 ranks, large calls at 2").
+var ringDirectNet = 16 << 20
+
+// testHookRingDirect, when set (tests), runs when a collective whose
+// ranks are not all on shm takes direct writes (Comm.direct).
+var testHookRingDirect func(c *Comm)
 
 // directOut tells rank prev where this rank's output buffer is (this
 // call's first message to prev) and learns where next's is (next's first
