@@ -229,7 +229,7 @@ func (c *Comm) ringAllReduce(in, out mem, count int, dt DataType, op RedOp) erro
 			return err
 		}
 	}
-	C, P, ce := c.channelsFor(count*es/n), c.piecesPerStep(), c.chunkElems(es)
+	C, P, ce := c.channelsFor(count*es/n), c.ringARPieces(), c.chunkElems(es)
 	align := max(1, 64/es)
 	roundE := n * C * P * ce
 	for off := 0; off < count; off += roundE {
@@ -300,6 +300,29 @@ func (c *Comm) ringAllReduce(in, out mem, count int, dt DataType, op RedOp) erro
 		}
 	}
 	return nil
+}
+
+// ringARPieces is the ring AllReduce's pieces per step. With two ranks a
+// round sends 2P messages on each channel (P of the input, P of final
+// values), and at P = Slots/2 that is the whole FIFO: the next round's
+// first pieces wait for the credits of the last round's final values,
+// which the peer returns only once it has taken all of them in (every
+// ackBatch messages; over tcp a credit is a message, and it may wait for
+// the peer's next wait, proto.go "Deferred credits"), so rounds do not
+// overlap. Over tcp the pair's ring therefore takes half as many pieces
+// per step: a round fills half the FIFO. 2 ranks over tcp on the shared
+// 2-core host (load 13-16), µs, medians of 6 alternating launches,
+// Slots/2 against Slots/4 pieces: 64 MiB 48000 / 36000, 16 MiB 11200 /
+// 8400, 4 MiB 3200 / 2150; 1 MiB is one round of two pieces either way.
+// At 4 ranks (6P messages a round) fewer pieces lost: 4 MiB 9470 /
+// 11900 (docs/benchmarks.md, "coll over tcp: small calls at 4 ranks,
+// large calls at 2"). On shm a credit is a word written at once.
+func (c *Comm) ringARPieces() int {
+	P := c.piecesPerStep()
+	if c.nranks == 2 && !c.allSync {
+		P = max(1, P/2)
+	}
+	return P
 }
 
 // treeAllReduce: recursive doubling. With n not a power of two, the first
