@@ -29,17 +29,15 @@ const directMin = 128 << 10
 // stageMax is the largest message sendFrom copies into staging on tcp.
 const stageMax = 64 << 10
 
-// direct says whether a collective of n bytes uses direct writes in the
-// ring algorithms and the broadcast chain; every rank decides alike.
-func (c *Comm) direct(n int) bool {
-	if c.nranks < 2 {
-		return false
-	}
-	if c.allSync {
-		return n >= directMin
-	}
-	if n < ringDirectNet {
-		return false
+// direct says whether a collective of n bytes uses direct writes; every
+// rank decides alike.
+func (c *Comm) direct(n int) bool { return c.allSync && c.nranks > 1 && n >= directMin }
+
+// directAR is direct for the ring AllReduce of an n-byte vector: also
+// where some pair of ranks is not on shm, from ringDirectNet.
+func (c *Comm) directAR(n int) bool {
+	if c.allSync || c.nranks < 2 || n < ringDirectNet {
+		return c.direct(n)
 	}
 	if testHookRingDirect != nil {
 		testHookRingDirect(c)
@@ -47,23 +45,28 @@ func (c *Comm) direct(n int) bool {
 	return true
 }
 
-// ringDirectNet is directMin where some pair of ranks is not on shm (tcp,
-// RDMA devices): from it the ring's final values go straight into the next
-// rank's output too, as the halving algorithms' doubling steps do over tcp
-// (halving.go, hdDirectMin): the transport reads the payload from the
-// socket into the output, and the copy out of a FIFO slot (half the
-// vector per rank for a 2-rank AllReduce) is saved, for one more small
-// message a call (the address). Large only: 2 ranks over tcp on the
-// shared 2-core host (load 12-16), AllReduce, CPU of both ranks per call
-// (perf stat, 2 s windows), FIFO against direct, 3-4 alternating launches:
-// 64 MiB 87-98 against 75-80 ms; 16 MiB 20.8-21.4 against 19.4-23.1;
-// 4 MiB 4.9-5.5 against 3.1-5.8; 1 MiB 0.75-0.93 against 0.65-0.93;
-// 256 KiB 0.21-0.32 against 0.24-0.34 (docs/benchmarks.md, "coll over tcp:
-// small calls at 4 ranks, large calls at 2").
+// ringDirectNet is directMin for the ring AllReduce where some pair of
+// ranks is not on shm (tcp, RDMA devices): from it the final values go
+// straight into the next rank's output too, as the halving algorithms'
+// doubling steps do over tcp (halving.go, hdDirectMin): the transport
+// reads the payload from the socket into the output, and the copy out of
+// a FIFO slot (half the vector per rank at 2 ranks) is saved, for one
+// more small message a call (the address). Large only: 2 ranks over tcp
+// on the shared 2-core host (load 12-16), CPU of both ranks per call
+// (perf stat, 2 s windows), FIFO against direct, 3-4 alternating
+// launches: 64 MiB 87-98 against 75-80 ms; 16 MiB 20.8-21.4 against
+// 19.4-23.1; 4 MiB 4.9-5.5 against 3.1-5.8; 1 MiB 0.75-0.93 against
+// 0.65-0.93; 256 KiB 0.21-0.32 against 0.24-0.34. With ringARPieces,
+// time, medians of 7: 64 MiB 50000 against 43300 µs. Only the AllReduce:
+// the ring AllGather writing directly over tcp measured slower (4 ranks
+// 16 MiB 34400 against 24300 µs, 2 ranks 64 MiB 32300 against 30600,
+// medians of 5), and the 4-rank AllReduce at 16 MiB did not move (55700
+// / 54500). docs/benchmarks.md, "coll over tcp: small calls at 4 ranks,
+// large calls at 2".
 var ringDirectNet = 16 << 20
 
-// testHookRingDirect, when set (tests), runs when a collective whose
-// ranks are not all on shm takes direct writes (Comm.direct).
+// testHookRingDirect, when set (tests), runs when an AllReduce whose
+// ranks are not all on shm decides on direct writes (Comm.directAR).
 var testHookRingDirect func(c *Comm)
 
 // directOut tells rank prev where this rank's output buffer is (this
@@ -222,7 +225,7 @@ func (c *Comm) ringAllReduce(in, out mem, count int, dt DataType, op RedOp) erro
 	next, prev := (r+1)%n, (r-1+n)%n
 	var raddr uint64
 	var rkey uint32
-	direct := c.direct(count * es)
+	direct := c.directAR(count * es)
 	if direct {
 		var err error
 		if raddr, rkey, err = c.directOut(out, next, prev); err != nil {

@@ -7,10 +7,10 @@ import (
 	"testing"
 )
 
-// TestRingDirectNet runs the ring AllReduce, the ring AllGather and the
-// broadcast chain over tcp with every size on the direct path (final
-// values written straight into the next rank's output, ringDirectNet
-// lowered to one byte) at 2 and 3 goroutine ranks: registered and plain
+// TestRingDirectNet runs the ring AllReduce over tcp with every size on
+// the direct path (final values written straight into the next rank's
+// output, ringDirectNet lowered to one byte; the ring AllGather and the
+// broadcast chain, which stay on the FIFO, in between) at 2 and 3 goroutine ranks: registered and plain
 // Go buffers (the output bounce buffer then takes the writes), in and out
 // of place, one chunk and several, sizes the rank count does not divide.
 func TestRingDirectNet(t *testing.T) {
