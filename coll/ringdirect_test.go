@@ -10,9 +10,11 @@ import (
 // TestRingDirectNet runs the ring AllReduce over tcp with every size on
 // the direct path (final values written straight into the next rank's
 // output, ringDirectNet lowered to one byte; the ring AllGather and the
-// broadcast chain, which stay on the FIFO, in between) at 2 and 3 goroutine ranks: registered and plain
-// Go buffers (the output bounce buffer then takes the writes), in and out
-// of place, one chunk and several, sizes the rank count does not divide.
+// broadcast chain, which stay on the FIFO, in between) at 2 and 3
+// goroutine ranks: registered and plain Go buffers (the output bounce
+// buffer then takes the writes), in and out of place, one chunk and
+// several, sizes the rank count does not divide. With Slots 4 the 2-rank
+// ring takes one piece per step (ringARPieces), and several rounds.
 func TestRingDirectNet(t *testing.T) {
 	for _, n := range []int{2, 3} {
 		t.Run(fmt.Sprintf("n%d", n), func(t *testing.T) {
