@@ -33,6 +33,42 @@ const stageMax = 64 << 10
 // rank decides alike.
 func (c *Comm) direct(n int) bool { return c.allSync && c.nranks > 1 && n >= directMin }
 
+// directAR is direct for the ring AllReduce of an n-byte vector: also
+// where some pair of ranks is not on shm, from ringDirectNet.
+func (c *Comm) directAR(n int) bool {
+	if c.allSync || c.nranks < 2 || n < ringDirectNet {
+		return c.direct(n)
+	}
+	if testHookRingDirect != nil {
+		testHookRingDirect(c)
+	}
+	return true
+}
+
+// ringDirectNet is directMin for the ring AllReduce where some pair of
+// ranks is not on shm (tcp, RDMA devices): from it the final values go
+// straight into the next rank's output too, as the halving algorithms'
+// doubling steps do over tcp (halving.go, hdDirectMin): the transport
+// reads the payload from the socket into the output, and the copy out of
+// a FIFO slot (half the vector per rank at 2 ranks) is saved, for one
+// more small message a call (the address). Large only: 2 ranks over tcp
+// on the shared 2-core host (load 12-16), CPU of both ranks per call
+// (perf stat, 2 s windows), FIFO against direct, 3-4 alternating
+// launches: 64 MiB 87-98 against 75-80 ms; 16 MiB 20.8-21.4 against
+// 19.4-23.1; 4 MiB 4.9-5.5 against 3.1-5.8; 1 MiB 0.75-0.93 against
+// 0.65-0.93; 256 KiB 0.21-0.32 against 0.24-0.34. With ringARPieces,
+// time, medians of 7: 64 MiB 50000 against 43300 µs. Only the AllReduce:
+// the ring AllGather writing directly over tcp measured slower (4 ranks
+// 16 MiB 34400 against 24300 µs, 2 ranks 64 MiB 32300 against 30600,
+// medians of 5), and the 4-rank AllReduce at 16 MiB did not move (55700
+// / 54500). docs/benchmarks.md, "coll over tcp: small calls at 4 ranks,
+// large calls at 2".
+var ringDirectNet = 16 << 20
+
+// testHookRingDirect, when set (tests), runs when an AllReduce whose
+// ranks are not all on shm decides on direct writes (Comm.directAR).
+var testHookRingDirect func(c *Comm)
+
 // directOut tells rank prev where this rank's output buffer is (this
 // call's first message to prev) and learns where next's is (next's first
 // message to us).
@@ -189,14 +225,14 @@ func (c *Comm) ringAllReduce(in, out mem, count int, dt DataType, op RedOp) erro
 	next, prev := (r+1)%n, (r-1+n)%n
 	var raddr uint64
 	var rkey uint32
-	direct := c.direct(count * es)
+	direct := c.directAR(count * es)
 	if direct {
 		var err error
 		if raddr, rkey, err = c.directOut(out, next, prev); err != nil {
 			return err
 		}
 	}
-	C, P, ce := c.channelsFor(count*es/n), c.piecesPerStep(), c.chunkElems(es)
+	C, P, ce := c.channelsFor(count*es/n), c.ringARPieces(), c.chunkElems(es)
 	align := max(1, 64/es)
 	roundE := n * C * P * ce
 	for off := 0; off < count; off += roundE {
@@ -267,6 +303,29 @@ func (c *Comm) ringAllReduce(in, out mem, count int, dt DataType, op RedOp) erro
 		}
 	}
 	return nil
+}
+
+// ringARPieces is the ring AllReduce's pieces per step. With two ranks a
+// round sends 2P messages on each channel (P of the input, P of final
+// values), and at P = Slots/2 that is the whole FIFO: the next round's
+// first pieces wait for the credits of the last round's final values,
+// which the peer returns only once it has taken all of them in (every
+// ackBatch messages; over tcp a credit is a message, and it may wait for
+// the peer's next wait, proto.go "Deferred credits"), so rounds do not
+// overlap. Over tcp the pair's ring therefore takes half as many pieces
+// per step: a round fills half the FIFO. 2 ranks over tcp on the shared
+// 2-core host (load 13-16), µs, medians of 6 alternating launches,
+// Slots/2 against Slots/4 pieces: 64 MiB 48000 / 36000, 16 MiB 11200 /
+// 8400, 4 MiB 3200 / 2150; 1 MiB is one round of two pieces either way.
+// At 4 ranks (6P messages a round) fewer pieces lost: 4 MiB 9470 /
+// 11900 (docs/benchmarks.md, "coll over tcp: small calls at 4 ranks,
+// large calls at 2"). On shm a credit is a word written at once.
+func (c *Comm) ringARPieces() int {
+	P := c.piecesPerStep()
+	if c.nranks == 2 && !c.allSync {
+		P = max(1, P/2)
+	}
+	return P
 }
 
 // treeAllReduce: recursive doubling. With n not a power of two, the first

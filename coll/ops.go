@@ -234,7 +234,7 @@ func (c *Comm) AllReduce(ctx context.Context, send, recv []byte, dt DataType, op
 		return fmt.Errorf("%w: send and recv overlap without being the same buffer", ErrInvalidArgument)
 	}
 	count := len(send) / dt.Size()
-	k := call{kind: kAllReduce, dt: dt, op: op, count: count, root: -1, algo: c.pickAlgo(kAllReduce, len(send)), direct: c.direct(len(send))}
+	k := call{kind: kAllReduce, dt: dt, op: op, count: count, root: -1, algo: c.pickAlgo(kAllReduce, len(send)), direct: c.directAR(len(send))}
 	if err := c.collective(ctx, k); err != nil {
 		return err
 	}
