@@ -15,7 +15,7 @@ const (
 	MaxGSOBytes = 65000
 )
 
-// ErrGSO is returned by SendBatch when the kernel or the route refuses
+// ErrGSO is returned by SendBatch (and SendBatchRaw) when the kernel or the route refuses
 // segmentation offload; the caller sends those datagrams one by one.
 var ErrGSO = errGSO{}
 

@@ -107,7 +107,8 @@ var (
 type endpoint struct {
 	key netip.AddrPort
 	// fd is the device socket, outside Go's network poller (see run);
-	// efd wakes the progress goroutine (wake, release). fd is closed
+	// efd wakes the progress goroutine from WaitFD (wake, release; in
+	// quiet it waits on wakec and stop instead). fd is closed
 	// under stepMu and fdMu (write) once the progress goroutine ended;
 	// whoever uses it outside stepMu holds fdMu (read).
 	fd    int

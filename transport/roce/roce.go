@@ -275,7 +275,11 @@ func (cd *ctxDriver) Close() error { return cd.ep.release() }
 // and on a machine with more runnable threads than cores the thread it
 // waits for (the peer's, in a ping-pong on one host) would otherwise get
 // the core only when the poller's loop yields, every few hundred
-// iterations.
+// iterations. The yield is raw (sys.RawYield: the scheduler is not told):
+// with as many spinning pollers as Ps, goroutines of this process (the
+// progress goroutine holding stepMu, timer callbacks) then run only when
+// the runtime preempts a poller (about every 10 ms); work is delayed, not
+// lost, since the pollers step the endpoint themselves.
 func (cd *ctxDriver) Progress(*soft.CQ) {
 	if !cd.ep.Progress() {
 		sys.RawYield()
