@@ -337,7 +337,7 @@ func (l *link) idle() error {
 		// there) or coalesces with more (input there); owing nothing,
 		// readWait's own first read does.
 		err = sys.ErrAgain
-		if l.owes() && !drained {
+		if !drained && l.owes() {
 			n, err = l.tryRead(l.room(headerLen))
 		}
 		if err == sys.ErrAgain {
