@@ -55,7 +55,15 @@ coll_kill() {  # label dev: SIGKILL rank 1 of 3 during all-reduces over dev
   local label=$1 dev=$2 base=$LOG/coll-kill-$2 lp victim rc t1 t2 lost left secs
   RDMAKIT_COLL_TIMEOUT=60s timeout 120 ./rdmakit coll-perf all_reduce -b 1M -e 1M -n 100000 -c 0 --ranks 3 \
     --transport ibverbs --hca "=$dev" > "$base.out" 2> "$base.err" & lp=$!
-  sleep 4
+  # Killed once the communicator is up (rank 0 lists the devices after
+  # bootstrap) and the all-reduces run: a fixed sleep of 4 s sometimes
+  # came during bootstrap on a slow guest, where the survivors fail with
+  # "bootstrap failed" instead.
+  for _ in $(seq 1 120); do
+    grep -q '^# Using devices' "$base.out" 2>/dev/null && break
+    sleep 0.5
+  done
+  sleep 1
   victim=$(pgrep -f "rdmakit coll-perf all_reduce -b 1M" | grep -vx "$lp" | sed -n 2p)
   t1=$(cut -d' ' -f1 /proc/uptime)
   [[ -n $victim ]] && kill -9 "$victim"
