@@ -157,17 +157,19 @@ func (cq *CQ) goWait(ctx context.Context) {
 		}
 	}
 	cq.gw.Add(-1)
-	if cq.recv.Load() || cq.closed.Load() || cq.Overflowed() {
+	if cq.stopsParking() {
 		cq.goWake() // the others move to the futex, or return, too
 	}
 }
 
-// ends reports whether a waiter must not park: entries are there, the CQ
-// is closed or overflowed, or it is a receive CQ (whose waiters use the
+// ends reports whether a waiter must not park: entries are there, or
+// stopsParking.
+func (cq *CQ) ends() bool { return !cq.r.Empty() || cq.stopsParking() }
+
+// stopsParking reports what ends every parked wait for good: the CQ is
+// closed or overflowed, or it is a receive CQ (whose waiters use the
 // futex).
-func (cq *CQ) ends() bool {
-	return !cq.r.Empty() || cq.recv.Load() || cq.closed.Load() || cq.r.Flags()&ring.FlagOverflow != 0
-}
+func (cq *CQ) stopsParking() bool { return cq.recv.Load() || cq.closed.Load() || cq.Overflowed() }
 
 // testHookPark, if set (tests only), runs in goWait after the waiter has
 // counted itself and checked the ring, before it parks.

@@ -27,17 +27,5 @@ func Read2(fd int, a, b []byte) (int, error) {
 	iov[n].Base = unsafe.SliceData(b)
 	iov[n].SetLen(len(b))
 	n++
-	for {
-		r, _, e := unix.Syscall(unix.SYS_READV, uintptr(fd), uintptr(unsafe.Pointer(&iov[0])), uintptr(n))
-		if e == unix.EINTR {
-			continue
-		}
-		if e == unix.EAGAIN {
-			return 0, ErrAgain
-		}
-		if e != 0 {
-			return 0, e
-		}
-		return int(r), nil
-	}
+	return iovCall(unix.SYS_READV, fd, &iov[0], n)
 }

@@ -33,17 +33,22 @@ func Writev(fd int, bufs [][]byte, iov *IOVecs) (int, error) {
 	if n == 0 {
 		return 0, nil
 	}
+	return iovCall(unix.SYS_WRITEV, fd, &iov[0], n)
+}
+
+// iovCall makes readv(2) or writev(2) (trap) of fd with the n iovecs at
+// iov, retrying on EINTR; EAGAIN is ErrAgain.
+func iovCall(trap uintptr, fd int, iov *unix.Iovec, n int) (int, error) {
 	for {
-		r, _, e := unix.Syscall(unix.SYS_WRITEV, uintptr(fd), uintptr(unsafe.Pointer(&iov[0])), uintptr(n))
-		if e == unix.EINTR {
+		r, _, e := unix.Syscall(trap, uintptr(fd), uintptr(unsafe.Pointer(iov)), uintptr(n))
+		switch e {
+		case 0:
+			return int(r), nil
+		case unix.EINTR:
 			continue
-		}
-		if e == unix.EAGAIN {
+		case unix.EAGAIN:
 			return 0, ErrAgain
 		}
-		if e != 0 {
-			return 0, e
-		}
-		return int(r), nil
+		return 0, e
 	}
 }
