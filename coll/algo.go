@@ -314,9 +314,10 @@ func (c *Comm) ringAllReduce(in, out mem, count int, dt DataType, op RedOp) erro
 // the peer's next wait, proto.go "Deferred credits"), so rounds do not
 // overlap. Over tcp the pair's ring therefore takes half as many pieces
 // per step: a round fills half the FIFO. 2 ranks over tcp on the shared
-// 2-core host (load 13-16), µs, medians of 6 alternating launches,
-// Slots/2 against Slots/4 pieces: 64 MiB 48000 / 36000, 16 MiB 11200 /
-// 8400, 4 MiB 3200 / 2150; 1 MiB is one round of two pieces either way.
+// 2-core host (load 14-15), µs, medians of 6 alternating launches,
+// Slots/2 against Slots/4 pieces (direct writes in both): 64 MiB 49683 /
+// 34848, 16 MiB 11214 / 8315, 4 MiB 3183 / 2106; 1 MiB is one round of
+// two pieces either way.
 // At 4 ranks (6P messages a round) fewer pieces lost: 4 MiB 9470 /
 // 11900 (docs/benchmarks.md, "coll over tcp: small calls at 4 ranks,
 // large calls at 2"). On shm a credit is a word written at once.
