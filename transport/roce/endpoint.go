@@ -36,7 +36,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"net"
 	"net/netip"
 	"runtime"
 	"sync"
@@ -258,48 +257,25 @@ func bindError(bind netip.AddrPort, err error) error {
 	return fmt.Errorf("roce: binding %s (%s; another RoCE endpoint on this address, e.g. the kernel's rxe, holds the port; %s=:0 binds a free port, which rdmakit peers reach): %w", bind, EnvAddr, EnvAddr, err)
 }
 
-// listenFD opens the device socket on bind, outside Go's network poller,
-// with RoCEv2's options.
-func listenFD(bind netip.AddrPort) (int, netip.AddrPort, error) {
+// listenFD opens a UDP socket on bind, outside Go's network poller, with
+// RoCEv2's options: the device socket (rx: it receives, with the kernel's
+// coalescing), or a QP's own, which only sends. Outside the poller, a
+// socket's arrivals and the room its sent datagrams leave when the
+// kernel frees them wake no thread of the runtime: a QP's sending socket
+// in the poller made the runtime's idle thread return from epoll_pwait
+// about once per 64 KiB sent (write_bw over loopback, 20000 × 64 KiB:
+// about 10000 epoll_pwait and 4000 thread switches more, docs/benchmarks.md).
+func listenFD(bind netip.AddrPort, rx bool) (int, netip.AddrPort, error) {
 	fd, local, err := sys.ListenUDPFD(bind)
 	if err != nil {
 		return -1, local, bindError(bind, err)
 	}
 	v6 := local.Addr().Is6() // the family ListenUDPFD chose (it unmaps an AF_INET address)
-	if err := sys.SetUDPOptions(fd, v6, tosECT, sockBuf, true); err != nil {
+	if err := sys.SetUDPOptions(fd, v6, tosECT, sockBuf, rx); err != nil {
 		sys.Close(fd)
 		return -1, local, fmt.Errorf("roce: socket options: %w", err)
 	}
 	return fd, local, nil
-}
-
-// listenUDP opens a UDP socket on bind with RoCEv2's options (a QP's
-// own, for sending).
-func listenUDP(bind netip.AddrPort) (*net.UDPConn, syscall.RawConn, error) {
-	network := "udp4"
-	if bind.Addr().Is6() {
-		network = "udp6"
-	}
-	c, err := net.ListenUDP(network, net.UDPAddrFromAddrPort(bind))
-	if err != nil {
-		return nil, nil, bindError(bind, err)
-	}
-	raw, err := c.SyscallConn()
-	if err != nil {
-		c.Close()
-		return nil, nil, err
-	}
-	var serr error
-	if err := raw.Control(func(fd uintptr) {
-		serr = sys.SetUDPOptions(int(fd), bind.Addr().Is6(), tosECT, sockBuf, false)
-	}); err == nil && serr != nil {
-		err = serr
-	}
-	if err != nil {
-		c.Close()
-		return nil, nil, fmt.Errorf("roce: socket options: %w", err)
-	}
-	return c, raw, nil
 }
 
 func newEndpoint(bind netip.AddrPort, mtu verbs.MTU) (*endpoint, error) {
@@ -307,7 +283,7 @@ func newEndpoint(bind netip.AddrPort, mtu verbs.MTU) (*endpoint, error) {
 	if err != nil {
 		return nil, err
 	}
-	fd, la, err := listenFD(bind)
+	fd, la, err := listenFD(bind, true)
 	if err != nil {
 		return nil, err
 	}
@@ -831,20 +807,22 @@ func (ep *endpoint) flushTx() { ep.tx.send() }
 type txBatch struct {
 	sys.UDPBatch // the messages
 	ep           *endpoint
-	raw          syscall.RawConn // the socket it sends on: a QP's own, or nil for the endpoint's
-	local        netip.AddrPort  // and its address
-	arena        []byte
-	pos          int
-	np           int
-	off          [sys.MaxBatch]int
-	size         [sys.MaxBatch]int
-	to           [sys.MaxBatch]netip.AddrPort
-	gso          [sys.MaxBatch]bool // may be in a GSO run (an rdmakit peer)
-	first        [sys.MaxBatch]int  // message -> its first datagram
-	hasher       header.Hasher
-	n, from      int
-	gsoFailed    bool
-	fn           func(fd uintptr) bool
+	fd           int            // the socket it sends on: a QP's own (txMu), or -1 for the endpoint's
+	local        netip.AddrPort // and its address
+	// closing: the QP's socket is about to be closed (Destroy); a send
+	// waiting for room drops the rest.
+	closing   atomic.Bool
+	arena     []byte
+	pos       int
+	np        int
+	off       [sys.MaxBatch]int
+	size      [sys.MaxBatch]int
+	to        [sys.MaxBatch]netip.AddrPort
+	gso       [sys.MaxBatch]bool // may be in a GSO run (an rdmakit peer)
+	first     [sys.MaxBatch]int  // message -> its first datagram
+	hasher    header.Hasher
+	n, from   int
+	gsoFailed bool
 
 	// Datagrams whose payload is sent from registered memory in place
 	// (refer): hdrLen[i] > 0 says datagram i is its headers (the first
@@ -866,9 +844,7 @@ type txBatch struct {
 }
 
 func newTxBatch(ep *endpoint) *txBatch {
-	b := &txBatch{ep: ep, local: ep.local, arena: make([]byte, sys.MaxBatch*maxPacket)}
-	b.fn = b.write
-	return b
+	return &txBatch{ep: ep, fd: -1, local: ep.local, arena: make([]byte, sys.MaxBatch*maxPacket)}
 }
 
 // referring prepares b for datagrams that refer to memory under the keys
@@ -1124,8 +1100,8 @@ func (b *txBatch) send() {
 		p := 0
 		for {
 			b.n, b.from, b.gsoFailed = b.compose(p, !ep.noGSO.Load()), 0, false
-			if b.raw != nil {
-				b.raw.Write(b.fn)
+			if b.fd >= 0 {
+				b.writeOwn()
 			} else {
 				b.writeFD()
 			}
@@ -1142,8 +1118,8 @@ func (b *txBatch) send() {
 	b.np, b.pos = 0, 0
 }
 
-// write is the socket callback of send: it sends the composed messages
-// until done or the socket is full (false: call again when writable).
+// write sends the composed messages on fd until done or the socket is
+// full (false: call again when writable).
 func (b *txBatch) write(fd uintptr) bool {
 	if !b.unpark() {
 		// A key went away while the socket was full: drop the rest.
@@ -1187,6 +1163,21 @@ func (b *txBatch) writeFD() {
 			return
 		}
 		sys.WaitFD(ep.fd, -1, true, pollQuiet)
+	}
+}
+
+// writeOwn is write on the QP's own socket, outside Go's network poller
+// as the endpoint's (listenFD): while the socket is full it waits in the
+// kernel for room, a while at a time; once the QP is being destroyed
+// (closing) or the endpoint closes, the rest is dropped. txMu is held.
+func (b *txBatch) writeOwn() {
+	for !b.write(uintptr(b.fd)) {
+		if b.closing.Load() || b.ep.closed.Load() {
+			b.ep.stats.sendErrors.Add(uint64(b.n - b.from))
+			b.from = b.n
+			return
+		}
+		sys.WaitFD(b.fd, -1, true, pollQuiet)
 	}
 }
 

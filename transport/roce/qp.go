@@ -29,6 +29,7 @@ import (
 	"github.com/rdmakit/rdmakit/internal/rcproto"
 	"github.com/rdmakit/rdmakit/internal/soft"
 	"github.com/rdmakit/rdmakit/internal/stats"
+	"github.com/rdmakit/rdmakit/internal/sys"
 	"github.com/rdmakit/rdmakit/transport/roce/header"
 	"github.com/rdmakit/rdmakit/verbs"
 )
@@ -116,7 +117,6 @@ type qpDriver struct {
 	// txMu serialises transmitting requests: the batch below.
 	txMu  sync.Mutex
 	tx    *txBatch
-	sport *net.UDPConn // the QP's own sending socket (nil: the endpoint's)
 	txPkt header.Packet
 	next  rcproto.Packet
 	peek  rcproto.Packet // canSend's scratch, under mu
@@ -253,10 +253,8 @@ func (d *qpDriver) startLocked(attr *verbs.QPAttr) {
 		// has its UDP source port and ECMP spreads QPs over paths;
 		// everything arrives on the endpoint's socket. Without one (out
 		// of descriptors), the endpoint's port.
-		if c, raw, err := listenUDP(netip.AddrPortFrom(d.ep.local.Addr(), 0)); err == nil {
-			d.sport = c
-			d.tx.raw, d.tx.local = raw, c.LocalAddr().(*net.UDPAddr).AddrPort()
-			d.tx.local = netip.AddrPortFrom(d.tx.local.Addr().Unmap(), d.tx.local.Port())
+		if fd, local, err := listenFD(netip.AddrPortFrom(d.ep.local.Addr(), 0), false); err == nil {
+			d.tx.fd, d.tx.local = fd, netip.AddrPortFrom(local.Addr().Unmap(), local.Port())
 		}
 	}
 	d.applyLocked(d.req.Connected(d.now()))
@@ -310,12 +308,15 @@ func (d *qpDriver) Destroy() error {
 	d.modMu.Lock()
 	defer d.modMu.Unlock()
 	d.teardown()
-	d.txMu.Lock()
-	if d.sport != nil {
-		d.sport.Close()
-		d.sport = nil
+	if d.tx != nil {
+		d.tx.closing.Store(true) // a send waiting for room lets go of txMu
+		d.txMu.Lock()
+		if d.tx.fd >= 0 {
+			sys.Close(d.tx.fd)
+			d.tx.fd = -1
+		}
+		d.txMu.Unlock()
 	}
-	d.txMu.Unlock()
 	return nil
 }
 
