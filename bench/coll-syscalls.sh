@@ -19,7 +19,7 @@ R=$1 COLL=$2 SIZE=$3 N=$4 SPEC=$5
 cd "$(dirname "$0")/.."
 MPIBENCH=${MPIBENCH:-/tmp/coll-ab-mpi_coll_bench}
 EV=context-switches,raw_syscalls:sys_enter
-for s in sched_yield read readv writev futex poll epoll_pwait nanosleep; do EV=$EV,syscalls:sys_enter_$s; done
+for s in sched_yield read readv write writev sendmsg sendmmsg recvmsg recvmmsg ppoll futex poll epoll_pwait nanosleep; do EV=$EV,syscalls:sys_enter_$s; done
 case $COLL in allreduce) pn=all_reduce ;; allgather) pn=all_gather ;; *) pn=$COLL ;; esac
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
