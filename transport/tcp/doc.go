@@ -168,8 +168,10 @@
 // ACKs go now is skipped when nothing is owed. An application that waits for completions by spinning on
 // memory alone (never polling a CQ) gets the reader's service; one that
 // polls and then turns to memory may wait up to about two 200 µs looks
-// for the next message, and one that keeps polling a CQ other than the
-// link's up to 6.4 ms.
+// for the next message after a short run of polls, up to about 6.4 ms
+// after a long one (the lease keeper looks less often while the
+// application keeps polling), and one that keeps polling a CQ other than
+// the link's up to 6.4 ms.
 // The nonces in the addresses double as a weak credential: a connection is
 // only routed to a QP by a hello that names both QP numbers and both
 // nonces. The transport does not encrypt or authenticate beyond that.

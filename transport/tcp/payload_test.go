@@ -229,3 +229,33 @@ func TestPollPayloadDeregLinkEnds(t *testing.T) {
 		t.Fatalf("receive completed as %+v, want wr 7 with an error", wc)
 	}
 }
+
+// A peer's close found by a poller's read is handed to the link
+// goroutine at once (a kick), also while the application polls the
+// link's CQ without a pause: before, the poller left the end of the
+// stream to a link goroutine that slept leased until the application
+// stopped polling, and the link never ended (the peer's loss went
+// unnoticed until a send failed).
+func TestPollEOFWhilePolling(t *testing.T) {
+	a, c := pollerEnd(t)
+	pollersOnly.Store(false)
+	pollFor(a, 5*time.Millisecond)
+	c.Close()
+	d := driverOf(t, a.qp)
+	d.mu.Lock()
+	l := d.link
+	d.mu.Unlock()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		a.rcq.Poll(a.wcs[:0])
+		d.mu.Lock()
+		dead := l.dead
+		d.mu.Unlock()
+		if dead {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the peer's close went unnoticed for 5 s by an application polling its CQ")
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"sync"
 	"testing"
 	"time"
 
@@ -273,5 +274,63 @@ func TestSpinForUnpolled(t *testing.T) {
 	l.busyPoll = time.Nanosecond // coll's
 	if d := l.spinFor(); d != time.Nanosecond {
 		t.Errorf("busy poll 1ns, not polled for maxIdle: spin %v, want 1ns", d)
+	}
+}
+
+// The lease keeper looks less often while the application keeps polling
+// (keeperWait: up to maxIdle/2 between looks), so that a process taken
+// off the CPU for a while does not look like an application that
+// stopped; once the application stops polling, the reader takes over
+// within about maxIdle (a write to it lands while it spins on memory)
+// and the looks are appLease apart again.
+func TestKeeperWaitsLonger(t *testing.T) {
+	var mu sync.Mutex
+	var waits []time.Duration
+	testHookKeeper = func(d time.Duration) {
+		mu.Lock()
+		waits = append(waits, d)
+		mu.Unlock()
+	}
+	defer func() { testHookKeeper = nil }()
+	a, b := busyPair(t, opts{})
+	longest := func() (m time.Duration, n int) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, d := range waits {
+			m = max(m, d)
+		}
+		n = len(waits)
+		waits = waits[:0]
+		return m, n
+	}
+	deadline := time.Now().Add(100 * time.Millisecond)
+	for time.Now().Before(deadline) {
+		b.rcq.Poll(b.wcs[:0])
+	}
+	if m, n := longest(); m != maxIdle/2 {
+		t.Fatalf("polled for 100 ms: the keeper's longest wait %v (%d looks), want %v", m, n, maxIdle/2)
+	}
+	// b stops polling and spins on memory: a's write lands all the same.
+	mem := b.mr.Bytes()
+	a.mr.Bytes()[64] = 7
+	start := time.Now()
+	a.post(verbs.SendWR{Opcode: verbs.OpWrite, SGL: sgl(a.mr, 64, 1), RemoteAddr: b.mr.Addr() + 64, RKey: b.mr.RKey()})
+	for byte(sys.Load32(mem, 64)) != 7 {
+		if time.Since(start) > 10*time.Second {
+			t.Fatal("the write to the side that stopped polling never landed")
+		}
+	}
+	t.Logf("landed after %v", time.Since(start))
+	time.Sleep(20 * time.Millisecond)
+	longest()
+	for i := 0; i < 3; i++ {
+		deadline := time.Now().Add(time.Millisecond)
+		for time.Now().Before(deadline) {
+			b.rcq.Poll(b.wcs[:0])
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if m, n := longest(); n > 0 && m > 4*appLease {
+		t.Errorf("short runs of polls: the keeper's longest wait %v (%d looks), want up to %v", m, n, 4*appLease)
 	}
 }
