@@ -167,11 +167,10 @@
 // the read that gets it; the first read that only decides whether owed
 // ACKs go now is skipped when nothing is owed. An application that waits for completions by spinning on
 // memory alone (never polling a CQ) gets the reader's service; one that
-// polls and then turns to memory may wait up to about two 200 µs looks
-// for the next message after a short run of polls, up to about 6.4 ms
-// after a long one (the lease keeper looks less often while the
-// application keeps polling), and one that keeps polling a CQ other than
-// the link's up to 6.4 ms.
+// polls and then turns to memory may wait up to about 3.2 ms for the next
+// message (a process off the CPU must not look like one that stopped
+// polling; what it owes its peer goes within two 200 µs looks), and one
+// that keeps polling a CQ other than the link's up to 6.4 ms.
 // The nonces in the addresses double as a weak credential: a connection is
 // only routed to a QP by a hello that names both QP numbers and both
 // nonces. The transport does not encrypt or authenticate beyond that.

@@ -160,9 +160,8 @@ type link struct {
 	// until the reader has taken the read side.
 	handover atomic.Bool
 	// leased: the reader sleeps in await while pollers read; it comes
-	// back within about two appLease of the application's last poll, or
-	// maxIdle after a long run of polls (keeperWait; deferAck relies on
-	// it), woken by the lease keeper, which sets leaseOver.
+	// back once the application stopped polling (stopAfter after its
+	// last poll), woken by the lease keeper, which sets leaseOver.
 	leased    atomic.Bool
 	leaseOver atomic.Bool
 	rwake     chan struct{} // wakes the reader from its sleep in await

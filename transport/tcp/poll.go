@@ -26,14 +26,13 @@ package tcp
 // While the application polls (polled moves, and it has not gone to sleep
 // in CQ.Wait: Sleep), the link goroutine sleeps until the context's lease
 // keeper sees the application stop polling the link (it looks at all links
-// every appLease or less often, keeperWait: one timer wake-up per context,
-// not one per link), and
+// every appLease: one timer wake-up per context, not one per link), and
 // the socket's SO_RCVLOWAT is raised so that arriving data wakes no thread
 // (setLowat). Otherwise it busy-polls (Options.TCPBusyPoll)
 // and then waits until the socket is readable, SO_RCVLOWAT back at 1: input
 // that arrives while nobody polls is always found by the link goroutine,
-// within two appLease of the application's last poll of the link after a
-// short run of polls, within about maxIdle after a long one (keeperWait).
+// at the latest about stopAfter after the application's last poll of the
+// link.
 // An ACK a poller owes may wait for the application's next post (deferAck)
 // only while the link goroutine sleeps, since it writes it when it looks.
 
@@ -248,10 +247,9 @@ out:
 // next post takes it along (PostSend's writev carries both, one system
 // call instead of two: a ping-pong answers every message). Once only: the
 // next poller writes it whatever happens (it finds the output queue not
-// empty), and so does the reader when it next goes idle: it sleeps
-// (leased) until the lease keeper ends its lease (keeperWait: within two
-// appLease of the last poll after a short run of polls, about maxIdle
-// after a long one). Once a post has taken it, the
+// empty), and so does the lease keeper at its next look if nobody
+// polled the link meanwhile (checkLease), or the reader once its lease
+// ends. Once a post has taken it, the
 // next ACK may wait again (a flag that stayed set until the next flush
 // made every other ACK of a ping-pong go alone).
 func (l *link) deferAck() bool {
@@ -499,14 +497,11 @@ func (l *link) appActive() bool {
 // leaves the socket to the application's polls. A thread the operating
 // system preempts polls nothing for a while, which must not look like an
 // application that stopped; one that goes to sleep in CQ.Wait says so
-// (Sleep); one that stops polling otherwise (it spins on memory, say) has
-// its input read by the reader again later: the lease keeper looks at the
-// leased links and ends the lease of one not polled since its previous
-// look if the application polled none of the context's CQs meanwhile
-// either. It looks every appLease at first, and less often while every
-// look finds the application polling (keeperWait): within two appLease of
-// the last poll after a short run of polls, within about maxIdle after a
-// long one. While it polls some, a link it
+// (Sleep); one that stops polling otherwise has its input read by the
+// reader again later: the lease keeper looks at the leased links every
+// appLease and ends the lease of one not polled since its previous look
+// once the application has polled none of the context's CQs for
+// stopAfter. While it polls some, a link it
 // does not poll keeps its lease for up to maxIdle:
 // with many links, each is polled now and then only (a collective over tcp
 // waits for one peer at a time), and a reader that takes over reads
@@ -521,66 +516,67 @@ const (
 	maxIdle  = 32 * appLease
 )
 
-// keeperWait is the lease keeper's wait before its next look, after a
-// wait of d whose look found the context's CQs polled meanwhile or not
-// (idle): twice d while the application keeps polling, up to maxIdle/2,
-// and appLease again once a look finds no poll. A look that finds none
-// because the whole process was off the CPU (ranks outnumbering the
-// cores) ends the leases of readers whose application is still polling;
-// each such reader then takes over and is woken by every message until
-// the application's polls lease it again. Looks every appLease made that
-// the common case with many ranks: 8-rank AllReduce 1 MiB over tcp on
-// 2 cores, 11.4-21.7 ms against Open MPI's 4.3-5.4 ms (medians of 3
-// alternating launches); with looks that never find the context idle
-// 4.96 ms, with this wait 5.09 ms (docs/benchmarks.md). An application
-// that stops polling without CQ.Wait after polling for long then has its
-// input read, and the ACK a poll left for its next post (deferAck)
-// written, within about maxIdle of its last poll.
-func keeperWait(d time.Duration, idle bool) time.Duration {
-	if idle {
-		return appLease
-	}
-	return min(2*d, maxIdle/2)
-}
+// stopAfter is how long the lease keeper's looks must find none of the
+// context's CQs polled before it judges that the application stopped
+// polling and ends the leases of the links not polled since its previous
+// look. Not two looks (a look finding none since the one before): a
+// process that was off the CPU for that long (ranks outnumbering the
+// cores, each rank's process waiting its turn) could not poll, and did
+// not stop. Judged by two looks, such a process's keeper ended the leases
+// of readers whose application was still polling; each then took over
+// and was woken by every message until the application's polls leased it
+// again: 8-rank AllReduce 1 MiB over tcp on 2 cores took 11.4-21.7 ms
+// against Open MPI's 4.3-5.4 ms, 4.96 ms when no look judged the
+// application stopped (medians of 3 alternating launches,
+// docs/benchmarks.md). Judging by the process's CPU time instead (it ran
+// other work without polling) did not help there: the ranks' writer
+// goroutines run while their pollers wait for a core. What a stopped
+// application owes its peers (an ACK a poll left for its next post,
+// deferAck) the keeper writes itself meanwhile (checkLease); input that
+// comes for it waits until its next poll, CQ.Wait, or stopAfter.
+const stopAfter = maxIdle / 2
 
 // leaseKeeper (a goroutine per context with busy polling) ends the leases
 // of readers whose application stopped polling their link (appLease). One
 // timer for the context, not one per leased reader (a goroutine wake-up
-// each); it ticks only while some reader is leased, every keeperWait.
+// each); it ticks only while some reader is leased.
 func (cd *ctxDriver) leaseKeeper() {
 	defer cd.wg.Done()
 	t := time.NewTimer(time.Hour)
 	t.Stop()
-	wait := appLease
+	var active time.Time // the last look that saw a poll
 	for {
 		if cd.leasedN.Load() == 0 {
-			wait = appLease
 			select {
 			case <-cd.leaseWake:
 			case <-cd.done:
 				return
 			}
+			active = time.Time{}
 			continue
 		}
-		t.Reset(wait)
+		t.Reset(appLease)
 		select {
 		case <-t.C:
 		case <-cd.done:
 			t.Stop()
 			return
 		}
-		if testHookKeeper != nil {
-			testHookKeeper(wait)
-		}
 		if pollersOnly.Load() {
 			continue
 		}
+		now := time.Now()
 		p := cd.polls.Load()
 		idle := p == cd.keeperPolls
 		cd.keeperPolls = p
-		wait = keeperWait(wait, idle)
+		if !idle || active.IsZero() {
+			active = now
+		}
+		idle = now.Sub(active) >= stopAfter
+		if testHookKeeper != nil {
+			testHookKeeper(idle)
+		}
 		if ls := cd.pollers.Load(); ls != nil {
-			now := time.Now()
 			for _, l := range *ls {
 				l.checkLease(idle, now)
 			}
@@ -588,15 +584,22 @@ func (cd *ctxDriver) leaseKeeper() {
 	}
 }
 
-// testHookKeeper, when set, sees each of the lease keepers' looks with the
-// wait that preceded it (tests).
-var testHookKeeper func(waited time.Duration)
+// testHookKeeper, when set, sees each of the lease keepers' judgements
+// (tests).
+var testHookKeeper func(idle bool)
 
-// checkLease is the keeper's look at l at now (ctxIdle: no CQ of the
-// context was polled since its previous look): a leased reader whose link
-// has not been polled since then, or for maxIdle, is woken, its lease
-// over. (Time, not looks: a timer of 200 µs fires every millisecond or so
-// on a busy host.)
+// testHookKeeperFlush, when set, sees the keeper write a leased link's
+// queued output (tests).
+var testHookKeeperFlush func()
+
+// checkLease is the keeper's look at l at now (ctxIdle: the application
+// has polled none of the context's CQs for stopAfter): a leased reader whose link has not
+// been polled since the keeper's previous look is woken, its lease over,
+// if the application stopped, or if the link has not been polled for
+// maxIdle. (Time, not looks: a timer of 200 µs fires every millisecond or
+// so on a busy host.) Output queued on such a link that stays leased (the
+// ACK a poll left for the next post, deferAck) the keeper writes itself,
+// so that the peer's completion does not wait for the lease to end.
 func (l *link) checkLease(ctxIdle bool, now time.Time) {
 	p := l.polled.Load()
 	if p != l.keeperSeen || !l.leased.Load() {
@@ -604,11 +607,27 @@ func (l *link) checkLease(ctxIdle bool, now time.Time) {
 		return
 	}
 	if !ctxIdle && now.Sub(l.keeperSince) < maxIdle {
+		if l.outQueued() {
+			if testHookKeeperFlush != nil {
+				testHookKeeperFlush()
+			}
+			l.flush()
+		}
 		return
 	}
 	l.keeperSince = now
 	l.leaseOver.Store(true)
 	l.wakeReader()
+}
+
+// outQueued reports whether output is queued for the link (any
+// goroutine).
+func (l *link) outQueued() bool {
+	d := l.d
+	d.mu.Lock()
+	q := l.out.queuedLocked() > 0
+	d.mu.Unlock()
+	return q
 }
 
 // pollersOnly makes readers leave all input between frames to pollers

@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"context"
 	"io"
-	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -277,60 +277,46 @@ func TestSpinForUnpolled(t *testing.T) {
 	}
 }
 
-// The lease keeper looks less often while the application keeps polling
-// (keeperWait: up to maxIdle/2 between looks), so that a process taken
-// off the CPU for a while does not look like an application that
-// stopped; once the application stops polling, the reader takes over
-// within about maxIdle (a write to it lands while it spins on memory)
-// and the looks are appLease apart again.
-func TestKeeperWaitsLonger(t *testing.T) {
-	var mu sync.Mutex
-	var waits []time.Duration
-	testHookKeeper = func(d time.Duration) {
-		mu.Lock()
-		waits = append(waits, d)
-		mu.Unlock()
-	}
-	defer func() { testHookKeeper = nil }()
-	a, b := busyPair(t, opts{})
-	longest := func() (m time.Duration, n int) {
-		mu.Lock()
-		defer mu.Unlock()
-		for _, d := range waits {
-			m = max(m, d)
+// An ACK a poll left for the application's next post (deferAck) is
+// written by the lease keeper when the application stops polling and
+// sleeps (other than in CQ.Wait): the reader keeps its lease for up to
+// maxIdle/2 then, and the peer's write must not wait for it. The peer is
+// a fake that waits for the ACK in a blocking read, so that nothing in
+// this process runs meanwhile.
+func TestKeeperWritesDeferredAck(t *testing.T) {
+	var flushed atomic.Int32
+	testHookKeeperFlush = func() { flushed.Add(1) }
+	defer func() { testHookKeeperFlush = nil }()
+	a, c := pollerEnd(t)
+	pollersOnly.Store(false)
+	mem := a.mr.Bytes()
+	next := psn(1000)
+	for round := 1; round <= 20 && flushed.Load() == 0; round++ {
+		pollFor(a, time.Millisecond) // the reader is leased
+		writeAll(t, c, hdr(frame{op: opWrite, psn: next, length: 1, rkey: a.mr.RKey(), raddr: a.mr.Addr() + 64}), []byte{byte(round)})
+		// Poll until the write has landed, then sleep: the poll that took
+		// it in may have left its ACK queued.
+		for deadline := time.Now().Add(10 * time.Second); byte(sys.Load32(mem, 64)) != byte(round); {
+			a.scq.Poll(a.wcs[:0])
+			if time.Now().After(deadline) {
+				t.Fatalf("round %d: the write never landed", round)
+			}
 		}
-		n = len(waits)
-		waits = waits[:0]
-		return m, n
-	}
-	deadline := time.Now().Add(100 * time.Millisecond)
-	for time.Now().Before(deadline) {
-		b.rcq.Poll(b.wcs[:0])
-	}
-	if m, n := longest(); m != maxIdle/2 {
-		t.Fatalf("polled for 100 ms: the keeper's longest wait %v (%d looks), want %v", m, n, maxIdle/2)
-	}
-	// b stops polling and spins on memory: a's write lands all the same.
-	mem := b.mr.Bytes()
-	a.mr.Bytes()[64] = 7
-	start := time.Now()
-	a.post(verbs.SendWR{Opcode: verbs.OpWrite, SGL: sgl(a.mr, 64, 1), RemoteAddr: b.mr.Addr() + 64, RKey: b.mr.RKey()})
-	for byte(sys.Load32(mem, 64)) != 7 {
-		if time.Since(start) > 10*time.Second {
-			t.Fatal("the write to the side that stopped polling never landed")
+		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		var rb [headerLen]byte
+		var f frame
+		for {
+			if _, err := io.ReadFull(c, rb[:]); err != nil {
+				t.Fatalf("round %d: no ACK: %v", round, err)
+			}
+			header(rb[:]).decode(&f)
+			if f.op == opAck && f.psn == next {
+				break
+			}
 		}
+		next++
 	}
-	t.Logf("landed after %v", time.Since(start))
-	time.Sleep(20 * time.Millisecond)
-	longest()
-	for i := 0; i < 3; i++ {
-		deadline := time.Now().Add(time.Millisecond)
-		for time.Now().Before(deadline) {
-			b.rcq.Poll(b.wcs[:0])
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	if m, n := longest(); n > 0 && m > 4*appLease {
-		t.Errorf("short runs of polls: the keeper's longest wait %v (%d looks), want up to %v", m, n, 4*appLease)
+	if flushed.Load() == 0 {
+		t.Fatal("in 20 rounds the keeper never wrote an ACK a poll had left queued")
 	}
 }
