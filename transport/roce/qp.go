@@ -307,9 +307,13 @@ func (d *qpDriver) PostRecv() {}
 func (d *qpDriver) Destroy() error {
 	d.modMu.Lock()
 	defer d.modMu.Unlock()
+	if d.tx != nil {
+		// A send waiting for room lets go of txMu, which teardown
+		// takes.
+		d.tx.closing.Store(true)
+	}
 	d.teardown()
 	if d.tx != nil {
-		d.tx.closing.Store(true) // a send waiting for room lets go of txMu
 		d.txMu.Lock()
 		if d.tx.fd >= 0 {
 			sys.Close(d.tx.fd)

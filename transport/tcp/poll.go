@@ -573,9 +573,6 @@ func (cd *ctxDriver) leaseKeeper() {
 			active = now
 		}
 		idle = now.Sub(active) >= stopAfter
-		if testHookKeeper != nil {
-			testHookKeeper(idle)
-		}
 		if ls := cd.pollers.Load(); ls != nil {
 			for _, l := range *ls {
 				l.checkLease(idle, now)
@@ -583,14 +580,6 @@ func (cd *ctxDriver) leaseKeeper() {
 		}
 	}
 }
-
-// testHookKeeper, when set, sees each of the lease keepers' judgements
-// (tests).
-var testHookKeeper func(idle bool)
-
-// testHookKeeperFlush, when set, sees the keeper write a leased link's
-// queued output (tests).
-var testHookKeeperFlush func()
 
 // checkLease is the keeper's look at l at now (ctxIdle: the application
 // has polled none of the context's CQs for stopAfter): a leased reader whose link has not
@@ -608,9 +597,6 @@ func (l *link) checkLease(ctxIdle bool, now time.Time) {
 	}
 	if !ctxIdle && now.Sub(l.keeperSince) < maxIdle {
 		if l.outQueued() {
-			if testHookKeeperFlush != nil {
-				testHookKeeperFlush()
-			}
 			l.flush()
 		}
 		return
