@@ -1101,7 +1101,7 @@ func (b *txBatch) send() {
 		for {
 			b.n, b.from, b.gsoFailed = b.compose(p, !ep.noGSO.Load()), 0, false
 			if b.fd >= 0 {
-				b.writeOwn()
+				b.writeOn(b.fd)
 			} else {
 				b.writeFD()
 			}
@@ -1148,36 +1148,29 @@ func (b *txBatch) write(fd uintptr) bool {
 	return true
 }
 
-// writeFD is write on the endpoint's socket, which is outside Go's
-// network poller: while the socket is full it waits in the kernel for
-// room, a while at a time (the endpoint may close meanwhile: then the
-// rest is dropped).
+// writeFD is write on the endpoint's socket (under fdMu, which its
+// closing takes), waiting as writeOn does.
 func (b *txBatch) writeFD() {
 	ep := b.ep
 	ep.fdMu.RLock()
 	defer ep.fdMu.RUnlock()
-	for ep.fd >= 0 && !b.write(uintptr(ep.fd)) {
-		if ep.closed.Load() {
-			ep.stats.sendErrors.Add(uint64(b.n - b.from))
-			b.from = b.n
-			return
-		}
-		sys.WaitFD(ep.fd, -1, true, pollQuiet)
+	if ep.fd >= 0 {
+		b.writeOn(ep.fd)
 	}
 }
 
-// writeOwn is write on the QP's own socket, outside Go's network poller
-// as the endpoint's (listenFD): while the socket is full it waits in the
-// kernel for room, a while at a time; once the QP is being destroyed
-// (closing) or the endpoint closes, the rest is dropped. txMu is held.
-func (b *txBatch) writeOwn() {
-	for !b.write(uintptr(b.fd)) {
+// writeOn is write on fd, the endpoint's socket or the QP's own (txMu
+// held), both outside Go's network poller (listenFD): while the socket is
+// full it waits in the kernel for room, a while at a time; once the QP is
+// being destroyed (closing) or the endpoint closes, the rest is dropped.
+func (b *txBatch) writeOn(fd int) {
+	for !b.write(uintptr(fd)) {
 		if b.closing.Load() || b.ep.closed.Load() {
 			b.ep.stats.sendErrors.Add(uint64(b.n - b.from))
 			b.from = b.n
 			return
 		}
-		sys.WaitFD(b.fd, -1, true, pollQuiet)
+		sys.WaitFD(fd, -1, true, pollQuiet)
 	}
 }
 

@@ -567,12 +567,11 @@ func (cd *ctxDriver) leaseKeeper() {
 		}
 		now := time.Now()
 		p := cd.polls.Load()
-		idle := p == cd.keeperPolls
-		cd.keeperPolls = p
-		if !idle || active.IsZero() {
+		if p != cd.keeperPolls || active.IsZero() {
 			active = now
 		}
-		idle = now.Sub(active) >= stopAfter
+		cd.keeperPolls = p
+		idle := now.Sub(active) >= stopAfter
 		if ls := cd.pollers.Load(); ls != nil {
 			for _, l := range *ls {
 				l.checkLease(idle, now)
@@ -606,12 +605,13 @@ func (l *link) checkLease(ctxIdle bool, now time.Time) {
 	l.wakeReader()
 }
 
-// outQueued reports whether output is queued for the link (any
-// goroutine).
+// outQueued reports whether responses are queued for the link that no
+// batch has taken yet (any goroutine): what a flush would write. Those
+// the writer is still sending are its own.
 func (l *link) outQueued() bool {
 	d := l.d
 	d.mu.Lock()
-	q := l.out.queuedLocked() > 0
+	q := l.out.pendingResp()
 	d.mu.Unlock()
 	return q
 }
