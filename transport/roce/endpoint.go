@@ -163,6 +163,7 @@ type endpoint struct {
 	backlog []*qpDriver // QPs with responses left to send
 	inline  bool        // a poller steps: it sends what ACKs let go itself
 	more    bool        // the last step's batch was full: the socket may hold more
+	rxSlots int         // datagrams the next receive asks for (rxSlotsFor)
 	didStep bool        // the last step handed a datagram to a QP
 	taken   int         // datagrams input handed to a QP in this step
 	// recvErrs counts the receives in a row that failed (step);
@@ -616,7 +617,11 @@ func (ep *endpoint) wake() {
 // step receives one batch of datagrams, runs them through their QPs and
 // sends the responses they call for (under stepMu).
 func (ep *endpoint) step(fd int) {
-	n, err := ep.rx.RecvBatchRaw(fd, sys.MaxBatch)
+	slots := ep.rxSlots
+	if slots == 0 {
+		slots = sys.MaxBatch
+	}
+	n, err := ep.rx.RecvBatchRaw(fd, slots)
 	ep.more, ep.didStep = false, false
 	switch {
 	case err == sys.ErrAgain:
@@ -641,10 +646,11 @@ func (ep *endpoint) step(fd int) {
 		ep.recvErrs = 0
 		ep.recvBroken.Store(false)
 	}
-	ep.more, ep.taken = n == sys.MaxBatch, 0
-	since := 0
+	ep.more, ep.taken = n == slots, 0
+	since, largest := 0, 0
 	for i := 0; i < n; i++ {
 		b := ep.rx.Bufs[i][:ep.rx.Lens[i]]
+		largest = max(largest, len(b))
 		seg := int(ep.rx.Seg[i])
 		if seg == 0 {
 			seg = len(b)
@@ -666,6 +672,7 @@ func (ep *endpoint) step(fd int) {
 		}
 	}
 	ep.counted(since)
+	ep.rxSlots = rxSlotsFor(largest)
 	ep.settle()
 	ep.serviceBacklog()
 	ep.flushTx()
@@ -673,6 +680,25 @@ func (ep *endpoint) step(fd int) {
 	// (malformed, bad ICRC, unknown QP) must not keep the progress
 	// goroutine busy polling (run).
 	ep.didStep = ep.taken > 0
+}
+
+// rxBudget bounds the bytes one receive batch brings in: the kernel copies
+// the whole batch into the receive buffers before step reads the first
+// datagram of it (its ICRC, then a copy into the target memory), so a
+// batch larger than the core's cache is read back from farther away than
+// it was written. 64 slots of GRO runs (up to 64 KiB each) are 4 MiB;
+// 512 KiB is a quarter to a half of a server core's L2. On this project's
+// 2-core host, roce write_bw 64 KiB over loopback, alternating launches,
+// MiB/s medians of 6: 64 slots 2464, 16 slots 2791, 8 slots 2837, 4 slots
+// 2539 (docs/benchmarks.md, "tenth session").
+const rxBudget = 512 << 10
+
+// rxSlotsFor is how many datagrams the next receive asks for after a
+// batch whose largest datagram (or GRO run) had largest bytes: as many
+// as rxBudget holds, between 8 and sys.MaxBatch (small datagrams keep
+// whole batches: a message rate needs the system calls amortized).
+func rxSlotsFor(largest int) int {
+	return min(sys.MaxBatch, max(8, rxBudget/max(largest, 1)))
 }
 
 // maxRecvErrors is how many failed receives in a row step takes before it

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rdmakit/rdmakit/internal/sys"
 	"github.com/rdmakit/rdmakit/verbs"
 )
 
@@ -149,5 +150,76 @@ func TestRecvErrorDoesNotSpin(t *testing.T) {
 	}
 	if !ep.recvBroken.Load() || ep.recvErrs != maxRecvErrors {
 		t.Fatalf("after steps: broken %v, %d errors in a row; want true, %d", ep.recvBroken.Load(), ep.recvErrs, maxRecvErrors)
+	}
+}
+
+// A receive batch of large datagrams (GRO runs of a bulk transfer) makes
+// the next receive ask for only as many as rxBudget holds, so that a
+// batch is still in the core's cache when step reads it; small datagrams
+// bring back whole batches.
+func TestReceiveBatchFitsBudget(t *testing.T) {
+	for _, c := range []struct{ largest, want int }{
+		{0, sys.MaxBatch}, {40, sys.MaxBatch}, {4 << 10, sys.MaxBatch}, {16 << 10, 32},
+		{64 << 10, 8}, {1 << 20, 8},
+	} {
+		if got := rxSlotsFor(c.largest); got != c.want {
+			t.Errorf("rxSlotsFor(%d) = %d, want %d", c.largest, got, c.want)
+		}
+	}
+	a, _ := pair(t, 1<<16, verbs.MTU1024)
+	ep := ctxOf(a.ctx).ep
+	ep.stepMu.Lock() // the progress goroutine and pollers stay off
+	defer ep.stepMu.Unlock()
+	c, err := net.Dial("udp", ep.local.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	// Junk datagrams (every byte zero: no QP takes them) are received
+	// like any; a loopback send has queued its datagram (or dropped it,
+	// the socket full) when it returns.
+	send := func(n, size int) {
+		t.Helper()
+		b := make([]byte, size)
+		for range n {
+			if _, err := c.Write(b); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	seen := func() uint64 {
+		s := &ep.stats
+		return s.rxMalformed.Load() + s.rxUnknownQP.Load() + s.rxBadICRC.Load()
+	}
+	step := func() (asked, took int) {
+		asked = ep.rxSlots
+		if asked == 0 {
+			asked = sys.MaxBatch
+		}
+		before := seen()
+		ep.step(ep.fd)
+		return asked, int(seen() - before)
+	}
+	const large = 60000
+	send(1, large)
+	if _, took := step(); took != 1 {
+		t.Fatalf("a step took %d datagrams, want the 1 sent", took)
+	}
+	if want := rxBudget / large; ep.rxSlots != want {
+		t.Fatalf("after a datagram of %d bytes the next receive asks for %d, want %d", large, ep.rxSlots, want)
+	}
+	send(12, large)
+	if asked, took := step(); took > asked || asked != rxBudget/large {
+		t.Fatalf("a step asked for %d datagrams and took %d", asked, took)
+	}
+	for {
+		if _, took := step(); took == 0 {
+			break
+		}
+	}
+	send(sys.MaxBatch, 64)
+	step()
+	if ep.rxSlots != sys.MaxBatch {
+		t.Fatalf("after small datagrams the next receive asks for %d, want %d", ep.rxSlots, sys.MaxBatch)
 	}
 }
