@@ -10,9 +10,9 @@ import (
 
 // Read2 reads from fd into a and then b with one readv(2), retrying on
 // EINTR, and returns the bytes read in all (a is filled before b gets
-// any). On a non-blocking fd with nothing to read it returns ErrAgain; at
-// end of file 0 and nil. An empty b makes it a plain read into a. It
-// allocates nothing.
+// any). fd must be non-blocking (see iovCall): with nothing to read it
+// returns ErrAgain; at end of file 0 and nil. An empty b makes it a plain
+// read into a. It allocates nothing.
 func Read2(fd int, a, b []byte) (int, error) {
 	if len(b) == 0 {
 		return Read(fd, a)
@@ -28,4 +28,22 @@ func Read2(fd int, a, b []byte) (int, error) {
 	iov[n].SetLen(len(b))
 	n++
 	return iovCall(unix.SYS_READV, fd, &iov[0], n)
+}
+
+// Read reads from fd into b with one read(2), retrying on EINTR. A raw
+// system call, as iovCall's: fd must be non-blocking; with nothing to
+// read it returns ErrAgain, at end of file 0 and nil.
+func Read(fd int, b []byte) (int, error) {
+	for {
+		r, _, e := unix.RawSyscall(unix.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(unsafe.SliceData(b))), uintptr(len(b)))
+		switch e {
+		case 0:
+			return int(r), nil
+		case unix.EINTR:
+			continue
+		case unix.EAGAIN:
+			return 0, ErrAgain
+		}
+		return 0, e
+	}
 }
