@@ -124,7 +124,7 @@ func FuzzParseHeader(f *testing.F) {
 		}
 		var fr frame
 		h.decode(&fr)
-		if _, ok := opNames[fr.op]; !ok || uint64(fr.length) > verbs.MaxMsgSize || uint32(fr.psn) > psnMask {
+		if !fr.op.known() || uint64(fr.length) > verbs.MaxMsgSize || uint32(fr.psn) > psnMask {
 			t.Fatalf("accepted %+v", fr)
 		}
 		if (fr.op == opAck || fr.op == opNak || fr.op == opAtomicResp) && fr.length != 0 {
