@@ -960,7 +960,7 @@ func (c *Comm) checkSignature(mem []byte, off int, want uint64, peer int) error 
 // endpoint's queues (pollAllEvery).
 func (c *Comm) waitWordPolling(mem []byte, off int, want uint64, ch *channel, flag bool) error {
 	peer := ch.peer
-	start, deadline, done := c.waitLimits()
+	var lim waitClock
 	for i := 1; ; i++ {
 		v := sys.Load64(mem, off)
 		if v == want {
@@ -972,7 +972,7 @@ func (c *Comm) waitWordPolling(mem []byte, off int, want uint64, ch *channel, fl
 			}
 			continue
 		}
-		if err := c.pollWait(ch.q, i, peer, done, start, deadline); err != nil {
+		if err := c.pollWait(ch.q, i, peer, &lim); err != nil {
 			return c.stop(err, peer, sys.Load64(mem, off) == want)
 		}
 	}
@@ -984,9 +984,10 @@ func (c *Comm) waitWordPolling(mem []byte, off int, want uint64, ch *channel, fl
 // that what they owe their peers goes out (an acknowledgement a poll left
 // for the next write, transport/tcp poll.go deferAck), and what arrived on
 // them is taken in.
-func (c *Comm) pollWait(q *qpState, i, peer int, done <-chan struct{}, start, deadline time.Time) error {
+func (c *Comm) pollWait(q *qpState, i, peer int, lim *waitClock) error {
 	if i%pollAllEvery == 0 {
-		if err := c.checkWait(peer, done, start, deadline); err != nil {
+		lim.start(c)
+		if err := c.checkWait(peer, lim.done, lim.t0, lim.deadline); err != nil {
 			if err == errGone {
 				// What the peer sent before leaving may still be in
 				// the socket: take it in before the caller's last look.
@@ -1006,6 +1007,24 @@ func (c *Comm) pollWait(q *qpState, i, peer int, done <-chan struct{}, start, de
 }
 
 const pollAllEvery = 16
+
+// waitClock holds a polling wait's limits (waitLimits), taken at its
+// first look rather than when it starts: most waits of a rank over tcp end
+// within a few polls, and time.Now at the start of each was 1% of a
+// two-rank 8-byte AllReduce's CPU. The limits run from pollAllEvery polls
+// into the wait, microseconds late.
+type waitClock struct {
+	t0, deadline time.Time
+	done         <-chan struct{}
+	set          bool
+}
+
+func (w *waitClock) start(c *Comm) {
+	if !w.set {
+		w.t0, w.deadline, w.done = c.waitLimits()
+		w.set = true
+	}
+}
 
 // waitPoll waits until q has completions to reap (on endpoints with one
 // send CQ: any QP of the endpoint), and reaps them.
@@ -1030,7 +1049,10 @@ func (c *Comm) waitPoll(q *qpState) error {
 		testHookAckWait(c, q.peer)
 	}
 	ep := q.ep
-	start, deadline, done := c.waitLimits()
+	var lim waitClock
+	if !ep.sleepWait {
+		lim.start(c) // backoff needs it at once
+	}
 	was := q.completed
 	var left time.Time // when the peer's departure was seen
 	gone := func(err error) error {
@@ -1048,7 +1070,7 @@ func (c *Comm) waitPoll(q *qpState) error {
 		if ep.sleepWait {
 			// The poll reads the socket, and yields when idle
 			// (waitWordPolling).
-			if err := gone(c.pollWait(q, i, q.peer, done, start, deadline)); err != nil {
+			if err := gone(c.pollWait(q, i, q.peer, &lim)); err != nil {
 				return err
 			}
 			if q.completed != was {
@@ -1061,11 +1083,11 @@ func (c *Comm) waitPoll(q *qpState) error {
 			return err
 		}
 		if i&15 == 0 {
-			if err := gone(c.checkWait(q.peer, done, start, deadline)); err != nil {
+			if err := gone(c.checkWait(q.peer, lim.done, lim.t0, lim.deadline)); err != nil {
 				return err
 			}
 		}
-		c.backoff(start)
+		c.backoff(lim.t0)
 	}
 }
 
