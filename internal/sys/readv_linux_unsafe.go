@@ -34,16 +34,5 @@ func Read2(fd int, a, b []byte) (int, error) {
 // system call, as iovCall's: fd must be non-blocking; with nothing to
 // read it returns ErrAgain, at end of file 0 and nil.
 func Read(fd int, b []byte) (int, error) {
-	for {
-		r, _, e := unix.RawSyscall(unix.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(unsafe.SliceData(b))), uintptr(len(b)))
-		switch e {
-		case 0:
-			return int(r), nil
-		case unix.EINTR:
-			continue
-		case unix.EAGAIN:
-			return 0, ErrAgain
-		}
-		return 0, e
-	}
+	return rawIO(unix.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(unsafe.SliceData(b))), uintptr(len(b)))
 }

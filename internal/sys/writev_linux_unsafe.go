@@ -44,8 +44,15 @@ func Writev(fd int, bufs [][]byte, iov *IOVecs) (int, error) {
 // Go's network poller is; the call then returns as soon as the kernel has
 // copied what there was room or data for.
 func iovCall(trap uintptr, fd int, iov *unix.Iovec, n int) (int, error) {
+	return rawIO(trap, uintptr(fd), uintptr(unsafe.Pointer(iov)), uintptr(n))
+}
+
+// rawIO makes the raw system call trap(a1, a2, a3), a read or write of
+// some kind on a non-blocking descriptor, retrying on EINTR; it returns
+// the count, ErrAgain for EAGAIN, or the error.
+func rawIO(trap, a1, a2, a3 uintptr) (int, error) {
 	for {
-		r, _, e := unix.RawSyscall(trap, uintptr(fd), uintptr(unsafe.Pointer(iov)), uintptr(n))
+		r, _, e := unix.RawSyscall(trap, a1, a2, a3)
 		switch e {
 		case 0:
 			return int(r), nil

@@ -99,15 +99,7 @@ func TestSpinYieldsToPollers(t *testing.T) {
 // otherwise keep the progress goroutine busy polling with a datagram
 // every busyPoll.
 func TestJunkIsNotTraffic(t *testing.T) {
-	a, _ := pair(t, 1<<16, verbs.MTU1024)
-	ep := ctxOf(a.ctx).ep
-	ep.stepMu.Lock() // the progress goroutine and pollers stay off
-	defer ep.stepMu.Unlock()
-	c, err := net.Dial("udp", ep.local.String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	ep, c := heldEndpoint(t)
 	before := ep.stats.rxMalformed.Load()
 	if _, err := c.Write([]byte("junk")); err != nil {
 		t.Fatal(err)
@@ -166,15 +158,7 @@ func TestReceiveBatchFitsBudget(t *testing.T) {
 			t.Errorf("rxSlotsFor(%d) = %d, want %d", c.largest, got, c.want)
 		}
 	}
-	a, _ := pair(t, 1<<16, verbs.MTU1024)
-	ep := ctxOf(a.ctx).ep
-	ep.stepMu.Lock() // the progress goroutine and pollers stay off
-	defer ep.stepMu.Unlock()
-	c, err := net.Dial("udp", ep.local.String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	ep, c := heldEndpoint(t)
 	// Junk datagrams (every byte zero: no QP takes them) are received
 	// like any; a loopback send has queued its datagram (or dropped it,
 	// the socket full) when it returns.
@@ -222,4 +206,21 @@ func TestReceiveBatchFitsBudget(t *testing.T) {
 	if ep.rxSlots != sys.MaxBatch {
 		t.Fatalf("after small datagrams the next receive asks for %d, want %d", ep.rxSlots, sys.MaxBatch)
 	}
+}
+
+// heldEndpoint returns the endpoint of a QP pair's first side with its
+// stepMu held until the test ends (the progress goroutine and pollers
+// stay off: the test steps it), and a UDP socket connected to it.
+func heldEndpoint(t *testing.T) (*endpoint, net.Conn) {
+	t.Helper()
+	a, _ := pair(t, 1<<16, verbs.MTU1024)
+	ep := ctxOf(a.ctx).ep
+	ep.stepMu.Lock()
+	t.Cleanup(ep.stepMu.Unlock)
+	c, err := net.Dial("udp", ep.local.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return ep, c
 }
