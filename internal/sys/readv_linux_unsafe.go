@@ -34,5 +34,5 @@ func Read2(fd int, a, b []byte) (int, error) {
 // system call, as iovCall's: fd must be non-blocking; with nothing to
 // read it returns ErrAgain, at end of file 0 and nil.
 func Read(fd int, b []byte) (int, error) {
-	return rawIO(unix.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(unsafe.SliceData(b))), uintptr(len(b)))
+	return rawIO(unix.SYS_READ, fd, unsafe.Pointer(unsafe.SliceData(b)), len(b))
 }

@@ -44,15 +44,17 @@ func Writev(fd int, bufs [][]byte, iov *IOVecs) (int, error) {
 // Go's network poller is; the call then returns as soon as the kernel has
 // copied what there was room or data for.
 func iovCall(trap uintptr, fd int, iov *unix.Iovec, n int) (int, error) {
-	return rawIO(trap, uintptr(fd), uintptr(unsafe.Pointer(iov)), uintptr(n))
+	return rawIO(trap, fd, unsafe.Pointer(iov), n)
 }
 
-// rawIO makes the raw system call trap(a1, a2, a3), a read or write of
+// rawIO makes the raw system call trap(fd, p, n), a read or write of
 // some kind on a non-blocking descriptor, retrying on EINTR; it returns
-// the count, ErrAgain for EAGAIN, or the error.
-func rawIO(trap, a1, a2, a3 uintptr) (int, error) {
+// the count, ErrAgain for EAGAIN, or the error. p stays a pointer until
+// the call itself converts it (a uintptr made by the caller would not keep
+// a stack buffer in place if the stack moved).
+func rawIO(trap uintptr, fd int, p unsafe.Pointer, n int) (int, error) {
 	for {
-		r, _, e := unix.RawSyscall(trap, a1, a2, a3)
+		r, _, e := unix.RawSyscall(trap, uintptr(fd), uintptr(p), uintptr(n))
 		switch e {
 		case 0:
 			return int(r), nil
