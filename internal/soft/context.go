@@ -122,10 +122,21 @@ func (c *Context) Close() error {
 	for q := range c.cqs {
 		cqs = append(cqs, q)
 	}
+	var forget []func()
+	for _, m := range c.mrs {
+		if m != nil && m.forget != nil {
+			forget = append(forget, m.forget)
+		}
+	}
 	c.mu.Unlock()
 	for _, q := range qps {
 		q.destroy()
 	}
+	defer func() {
+		for _, f := range forget {
+			f() // the QPs that could touch the memory are gone
+		}
+	}()
 	for _, q := range cqs {
 		q.markClosed()
 	}
@@ -196,6 +207,10 @@ type MR struct {
 	// alloc is the AllocMR allocation the memory belongs to (nil for
 	// caller memory); it is freed when its last registration goes.
 	alloc *allocation
+	// forget takes caller memory off internal/sys's list of memory that
+	// raw reads and writes avoid (it may be a file mapping); nil for
+	// arena memory.
+	forget func()
 }
 
 // allocation is memory AllocMR took from the arena. Every region
@@ -240,6 +255,9 @@ func (pd *PD) RegMR(buf []byte, access Access) (driver.MR, error) {
 	mr, err := pd.register(buf, off, nil, access)
 	if err != nil {
 		return nil, err
+	}
+	if off < 0 {
+		mr.forget = sys.NoteCallerMemory(buf)
 	}
 	return mr, nil
 }
@@ -349,6 +367,7 @@ func (mr *MR) Dereg() error {
 	ls := c.keys.RemoveSlot(mr.lkey)
 	rs := c.keys.RemoveSlot(mr.rkey)
 	c.mrs[mr.index] = nil
+	forget := mr.forget
 	var free *allocation
 	if a := mr.alloc; a != nil {
 		a.refs--
@@ -376,6 +395,9 @@ func (mr *MR) Dereg() error {
 	idle = c.keys.Idle(rs, max(time.Until(deadline), 0)) && idle
 	if free != nil && idle {
 		c.arena.Free(free.off, free.n)
+	}
+	if forget != nil && idle {
+		forget() // nothing touches it any more
 	}
 	return nil
 }

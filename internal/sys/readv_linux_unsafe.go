@@ -27,12 +27,12 @@ func Read2(fd int, a, b []byte) (int, error) {
 	iov[n].Base = unsafe.SliceData(b)
 	iov[n].SetLen(len(b))
 	n++
-	return iovCall(unix.SYS_READV, fd, &iov[0], n)
+	return iovCall(unix.SYS_READV, fd, &iov[0], n, rawOK(a) && rawOK(b))
 }
 
 // Read reads from fd into b with one read(2), retrying on EINTR. A raw
-// system call, as iovCall's: fd must be non-blocking; with nothing to
-// read it returns ErrAgain, at end of file 0 and nil.
+// system call where iovCall makes one: fd must be non-blocking; with
+// nothing to read it returns ErrAgain, at end of file 0 and nil.
 func Read(fd int, b []byte) (int, error) {
-	return rawIO(unix.SYS_READ, fd, unsafe.Pointer(unsafe.SliceData(b)), len(b))
+	return rawIO(unix.SYS_READ, fd, unsafe.Pointer(unsafe.SliceData(b)), len(b), rawOK(b))
 }

@@ -124,8 +124,10 @@ func TestDupNonblockReadWritev(t *testing.T) {
 	if _, err := Read(rfd, buf); err != ErrAgain {
 		t.Fatalf("Read of an empty non-blocking pipe: %v, want ErrAgain", err)
 	}
+	wfd, err := DupNonblock(int(w.Fd())) // Writev wants a non-blocking descriptor
+	skipIfNotSupported(t, err)
 	var iov IOVecs
-	n, err := Writev(int(w.Fd()), [][]byte{[]byte("ab"), nil, []byte("cde")}, &iov)
+	n, err := Writev(wfd, [][]byte{[]byte("ab"), nil, []byte("cde")}, &iov)
 	if err != nil || n != 5 {
 		t.Fatalf("Writev = %d, %v; want 5", n, err)
 	}
@@ -134,6 +136,7 @@ func TestDupNonblockReadWritev(t *testing.T) {
 		t.Fatalf("Read = %q, %v; want abcde", buf[:n], err)
 	}
 	w.Close()
+	Close(wfd) // the last write end: the read end sees the end of file
 	if n, err := Read(rfd, buf); n != 0 || err != nil {
 		t.Fatalf("Read at end of file = %d, %v; want 0, nil", n, err)
 	}

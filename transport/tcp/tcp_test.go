@@ -12,6 +12,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/rdmakit/rdmakit/internal/sys"
 	"github.com/rdmakit/rdmakit/verbs"
 )
 
@@ -1070,5 +1071,47 @@ func TestErrorDuringTransfer(t *testing.T) {
 	}
 	if flushed == 0 {
 		t.Log("every transfer finished before the transition")
+	}
+}
+
+// Caller memory a region registers is listed, while it is registered, as
+// memory that the transport's raw reads and writes avoid (it may be a
+// file mapping: internal/sys rawmem.go); memory from AllocMR is not.
+func TestCallerMemoryNotRaw(t *testing.T) {
+	ctx := openCtx(t)
+	pd, err := ctx.AllocPD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 4096)
+	mr, err := pd.RegMR(buf, verbs.AccessAll)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !sys.IsCallerMemory(buf) {
+		t.Fatal("registered caller memory is left to raw system calls")
+	}
+	am, err := pd.AllocMR(4096, verbs.AccessAll)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sys.IsCallerMemory(am.Bytes()) {
+		t.Fatal("AllocMR memory is listed as caller memory")
+	}
+	am.Dereg()
+	if err := mr.Dereg(); err != nil {
+		t.Fatal(err)
+	}
+	if sys.IsCallerMemory(buf) {
+		t.Fatal("caller memory is still listed after Dereg")
+	}
+	mr2, err := pd.RegMR(buf, verbs.AccessAll)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = mr2
+	ctx.Close()
+	if sys.IsCallerMemory(buf) {
+		t.Fatal("caller memory is still listed after the context closed")
 	}
 }
