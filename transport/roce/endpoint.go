@@ -672,7 +672,11 @@ func (ep *endpoint) step(fd int) {
 		}
 	}
 	ep.counted(since)
-	ep.rxSlots = rxSlotsFor(largest)
+	if n > 0 {
+		// (An empty receive, which pollers and the busy poll make all
+		// the time, says nothing of the traffic.)
+		ep.rxSlots = rxSlotsFor(largest)
+	}
 	ep.settle()
 	ep.serviceBacklog()
 	ep.flushTx()

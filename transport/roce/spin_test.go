@@ -201,8 +201,15 @@ func TestReceiveBatchFitsBudget(t *testing.T) {
 			break
 		}
 	}
-	send(sys.MaxBatch, 64)
-	step()
+	// An empty receive changes nothing; one of small datagrams brings
+	// back whole batches.
+	if ep.rxSlots != rxBudget/large {
+		t.Fatalf("after an empty receive the next asks for %d datagrams, want still %d", ep.rxSlots, rxBudget/large)
+	}
+	send(4, 64)
+	if _, took := step(); took != 4 {
+		t.Fatalf("a step took %d of 4 small datagrams", took)
+	}
 	if ep.rxSlots != sys.MaxBatch {
 		t.Fatalf("after small datagrams the next receive asks for %d, want %d", ep.rxSlots, sys.MaxBatch)
 	}
