@@ -24,11 +24,11 @@
 //     SetUDPOptions, and a socket outside Go's network poller with its own
 //     waits: ListenUDPFD, WaitFD, SendToFD, NewEvent, Signal, Drain;
 //   - descriptors: Read, Read2 (one readv into two buffers), Writev (with
-//     IOVecs, MaxIOV, ErrAgain): on Linux raw system calls, for
-//     non-blocking descriptors only (the tcp transport's sockets: no
-//     entersyscall/exitsyscall per call, and no processor handed to
-//     another thread while a large write copies); Close, Inode,
-//     DupNonblock, IsTerminal;
+//     IOVecs, MaxIOV, ErrAgain): on Linux, for non-blocking descriptors
+//     only (the tcp transport's sockets), raw system calls unless a
+//     buffer lies in caller memory that a region registers
+//     (NoteCallerMemory, IsCallerMemory: it may be a file mapping; see
+//     rawmem.go); Close, Inode, DupNonblock, IsTerminal;
 //   - peers and children: OpenPeerFd, PidfdOpen, ProcessExited,
 //     ChildDiesWithParent, StartInNewProcessGroup, KillProcessGroup;
 //   - limits and accounting: MemlockLimit (Unlimited), ProcessCPUTime;
