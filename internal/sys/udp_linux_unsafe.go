@@ -71,7 +71,9 @@ func (b *UDPBatch) SendBatch(fd, from, n int) (int, error) { return b.sendBatch(
 // caller, back from the kernel without a P, sleeps until one is free:
 // several thread switches per batch on a busy 2-core host. Raw, the P
 // stays with the caller as it does for any goroutine computing for that
-// long.
+// long. Not when a message gathers caller memory (IsCallerMemory: it may
+// be a file mapping, whose pages the call would read from disk first):
+// then the call is an ordinary one, MSG_DONTWAIT still.
 func (b *UDPBatch) SendBatchRaw(fd, from, n int) (int, error) { return b.sendBatch(fd, from, n, true) }
 
 func (b *UDPBatch) sendBatch(fd, from, n int, raw bool) (int, error) {
@@ -79,6 +81,7 @@ func (b *UDPBatch) sendBatch(fd, from, n int, raw bool) (int, error) {
 		return 0, nil
 	}
 	b.rxReady = false
+	askedRaw := raw
 	for i := from; i < n; i++ {
 		h := b.header(i)
 		h.Namelen = b.setName(i, b.Addrs[i])
@@ -93,6 +96,7 @@ func (b *UDPBatch) sendBatch(fd, from, n int, raw bool) (int, error) {
 			for k, s := range v {
 				io[k].Base = unsafe.SliceData(s)
 				io[k].SetLen(len(s))
+				raw = raw && rawOK(s)
 			}
 			h.Iov = &io[0]
 			h.SetIovlen(len(io))
@@ -114,7 +118,11 @@ func (b *UDPBatch) sendBatch(fd, from, n int, raw bool) (int, error) {
 		if raw {
 			r, _, e = unix.RawSyscall6(unix.SYS_SENDMMSG, uintptr(fd), uintptr(unsafe.Pointer(&b.hdrs[from])), uintptr(n-from), unix.MSG_DONTWAIT, 0, 0)
 		} else {
-			r, _, e = unix.Syscall6(unix.SYS_SENDMMSG, uintptr(fd), uintptr(unsafe.Pointer(&b.hdrs[from])), uintptr(n-from), 0, 0, 0)
+			flags := uintptr(0)
+			if askedRaw {
+				flags = unix.MSG_DONTWAIT // caller memory: not raw, yet never waiting
+			}
+			r, _, e = unix.Syscall6(unix.SYS_SENDMMSG, uintptr(fd), uintptr(unsafe.Pointer(&b.hdrs[from])), uintptr(n-from), flags, 0, 0)
 		}
 		switch e {
 		case 0:

@@ -12,7 +12,7 @@ import (
 // SendBatchRaw and RecvBatchRaw move what SendBatch and RecvBatch move: a
 // GSO message sent from a gather list arrives, coalesced (GRO) or not,
 // with its bytes, segment size, sender and traffic class; an empty socket
-// answers ErrAgain at once.
+// answers ErrAgain at once. The coalesced round sends from caller memory.
 func TestUDPBatchRaw(t *testing.T) {
 	for _, gro := range []bool{false, true} {
 		lo := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), 0)
@@ -43,6 +43,11 @@ func TestUDPBatchRaw(t *testing.T) {
 		msg := make([]byte, 250)
 		for i := range msg {
 			msg[i] = byte(i/100) + byte(i)*5
+		}
+		if gro {
+			// And from caller memory, which goes through the ordinary
+			// system-call path (rawmem.go) with MSG_DONTWAIT.
+			defer NoteCallerMemory(msg)()
 		}
 		sb.Addrs[0], sb.Seg[0] = lb, 100
 		sb.Vecs[0] = [][]byte{msg[:7], msg[7:100], msg[100:180], msg[180:]}
