@@ -21,3 +21,11 @@ func RaceRelease() { runtime.RaceReleaseMerge(unsafe.Pointer(&raceSync)) }
 // RaceAcquire tells the race detector that this goroutine received memory
 // handed over by a RaceRelease (call it after consuming a shared word).
 func RaceAcquire() { runtime.RaceAcquire(unsafe.Pointer(&raceSync)) }
+
+// raceWrote tells the race detector that the kernel wrote b (a read
+// system call into it), as the standard library's Read does.
+func raceWrote(b []byte) {
+	if len(b) > 0 {
+		runtime.RaceWriteRange(unsafe.Pointer(&b[0]), len(b))
+	}
+}

@@ -34,5 +34,9 @@ func Read2(fd int, a, b []byte) (int, error) {
 // system call where iovCall makes one: fd must be non-blocking; with
 // nothing to read it returns ErrAgain, at end of file 0 and nil.
 func Read(fd int, b []byte) (int, error) {
-	return rawIO(unix.SYS_READ, fd, unsafe.Pointer(unsafe.SliceData(b)), len(b), rawOK(b))
+	n, err := rawIO(unix.SYS_READ, fd, unsafe.Pointer(unsafe.SliceData(b)), len(b), rawOK(b))
+	if n > 0 {
+		raceWrote(b[:n]) // what unix.Read told the race detector
+	}
+	return n, err
 }
