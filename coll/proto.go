@@ -1014,15 +1014,13 @@ const pollAllEvery = 16
 // two-rank 8-byte AllReduce's CPU. The limits run from pollAllEvery polls
 // into the wait, microseconds late.
 type waitClock struct {
-	t0, deadline time.Time
+	t0, deadline time.Time // t0 zero: not taken yet
 	done         <-chan struct{}
-	set          bool
 }
 
 func (w *waitClock) start(c *Comm) {
-	if !w.set {
+	if w.t0.IsZero() {
 		w.t0, w.deadline, w.done = c.waitLimits()
-		w.set = true
 	}
 }
 

@@ -15,8 +15,8 @@ type IOVecs [MaxIOV]unix.Iovec
 // Writev writes bufs (at most MaxIOV non-empty ones; the rest are left for
 // the next call) to fd with a single writev(2) and returns the bytes
 // written, which may be fewer than asked. It retries on EINTR and returns
-// ErrAgain when fd is full. fd must be non-blocking (see iovCall). Memory is not copied: the
-// kernel reads the buffers in place.
+// ErrAgain when fd is full. fd must be non-blocking (see iovCall). Memory
+// is not copied: the kernel reads the buffers in place.
 func Writev(fd int, bufs [][]byte, iov *IOVecs) (int, error) {
 	n, raw := 0, true
 	for _, b := range bufs {
@@ -50,9 +50,9 @@ func iovCall(trap uintptr, fd int, iov *unix.Iovec, n int, raw bool) (int, error
 	return rawIO(trap, fd, unsafe.Pointer(iov), n, raw)
 }
 
-// rawIO makes the system call trap(fd, p, n) (raw: as a raw one), a read or write of
-// some kind on a non-blocking descriptor, retrying on EINTR; it returns
-// the count, ErrAgain for EAGAIN, or the error. p stays a pointer until
+// rawIO makes the system call trap(fd, p, n) (with raw, a raw one), a
+// read or write of some kind on a non-blocking descriptor, retrying on
+// EINTR; it returns the count, ErrAgain for EAGAIN, or the error. p stays a pointer until
 // the call itself converts it (a uintptr made by the caller would not keep
 // a stack buffer in place if the stack moved).
 func rawIO(trap uintptr, fd int, p unsafe.Pointer, n int, raw bool) (int, error) {
